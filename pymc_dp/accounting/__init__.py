@@ -1,0 +1,1 @@
+"""Privacy accounting (SPEC §3). Filled in by the accounting issue."""
