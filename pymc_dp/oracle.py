@@ -1,0 +1,748 @@
+"""The private-data oracle: the only code in pymc_dp that reads observed data.
+
+:class:`RowLikelihood` splits a PyMC model's log-density into
+
+* a **public** part, the log-prior ``log p(θ)`` (every term that involves no data, transform
+  Jacobians included), and
+* a **private** part, the per-row log-likelihood ``ℓ_i(θ) = log p(x_i | θ)``, one term per row
+  (SPEC §1: a row is position ``i`` along the leading axis of every observed variable and of every
+  row-aligned data container).
+
+It compiles PyTensor functions for the quantities the DP mechanisms clip and noise (SPEC §2):
+
+* the per-row log-likelihood vector ``(ℓ_1, …, ℓ_n)``;
+* the clipped gradient sum ``G(θ) = Σ_i clip_b(∇_θ ℓ_i(θ))``;
+* the clipped log-likelihood-ratio sum ``R(θ, θ') = Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B)``;
+
+on all rows (evaluated in chunks, so memory stays bounded) or on a given subset of rows
+(minibatches, evaluating no other row). The oracle returns numbers; it never adds noise and never
+decides anything. Clipped sums come back as :class:`ClippedSum`, whose ``n_clipped`` field is
+*not* private: mechanisms must drop it unless the user asked for non-private diagnostics.
+
+Per-row gradients are built from the model's own graph in one of two ways:
+
+``"vectorize"`` (fast path)
+    Build the log-likelihood of a single row (every row input replaced by a placeholder holding
+    one row), take its gradient per value variable, and batch that graph over rows with
+    :func:`pytensor.graph.replace.vectorize_graph`. Each row's value is computed from that row's
+    data only, by construction.
+``"jacobian"`` (exact fallback)
+    Differentiate ``Σ_i u_i ℓ_i(θ)`` with respect to each value variable and take the Jacobian of
+    that with respect to ``u`` (reverse over reverse), at ``u = 1``. It needs no single-row graph.
+
+Both are validated when the oracle is built: the per-row values computed on subsets of rows must
+equal PyMC's own per-row log-likelihood on the full data (a likelihood that couples rows fails
+this), and the unclipped sums plus the log-prior must equal PyMC's ``logp``/``dlogp``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Variable
+from pytensor.graph.replace import vectorize_graph
+from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.graph.traversal import ancestors
+from pytensor.tensor.type import continuous_dtypes
+from pytensor.tensor.variable import TensorConstant
+
+from pymc_dp.errors import (
+    CoupledRowsError,
+    InvalidParameterError,
+    ModelNotSupportedError,
+    PrivacyLeakError,
+)
+
+__all__ = ["ClippedSum", "RowLikelihood"]
+
+GradientMethod = Literal["auto", "vectorize", "jacobian"]
+
+# Rows per compiled call: the per-row gradient matrix of a chunk, (chunk, d) float64, is kept
+# near 1 MiB so that it and its temporaries stay in cache (measured on the logistic regression
+# of benchmarks/oracle.py: 8k-16k rows at d = 10 is ~1.7x faster than one call on 100k rows).
+_CHUNK_BYTES = 2**20
+_MIN_CHUNK = 512
+
+
+class ClippedSum(NamedTuple):
+    """A clipped sum and how many rows were clipped.
+
+    ``value`` is what a mechanism may noise and release. ``n_clipped`` is computed from the data
+    without noise: it is **not** differentially private and must not be released by default.
+    """
+
+    value: Any
+    n_clipped: int
+
+
+@dataclass(frozen=True)
+class _RowInput:
+    """A graph input whose leading axis is the row axis."""
+
+    name: str
+    variable: Variable
+    data: np.ndarray
+    observed: bool
+
+
+def _input_value(var: Variable) -> np.ndarray:
+    if isinstance(var, SharedVariable):
+        return np.asarray(var.get_value(borrow=True))
+    return np.asarray(var.data)
+
+
+def _is_data_leaf(var: Variable) -> bool:
+    return var.owner is None and isinstance(var, TensorConstant | SharedVariable)
+
+
+def _compile(inputs: list[Variable], outputs: Any) -> pytensor.compile.function.types.Function:
+    """Compile with input checks off: every caller passes arrays of the placeholders' dtypes."""
+    fn = pytensor.function(inputs, outputs)
+    fn.trust_input = True
+    return fn
+
+
+def _display_name(var: Variable) -> str:
+    return var.name if var.name else f"<unnamed {var.type}>"
+
+
+class RowLikelihood:
+    """Per-row log-likelihood, its clipped sums, and the public log-prior of a PyMC model.
+
+    This is the only object in pymc_dp that reads observed data (SPEC §1–§2).
+
+    Parameters
+    ----------
+    model : pymc.Model, optional
+        The model. Defaults to the model on the context stack.
+    vars : sequence of variables or names, optional
+        The free variables the sampler moves (random variables, their value variables, or names).
+        Defaults to every free variable, in the order PyMC's samplers use
+        (``model.value_vars``). Free variables not listed are held fixed at the values given to
+        :meth:`set_fixed_values` (by default the model's initial point).
+    row_data : sequence of variables or names, optional
+        The data containers (``pm.Data``) or constants whose leading axis is the row axis, besides
+        the observed values, which always are. By default every shared variable or constant with
+        ndim ≥ 1 and leading length ``n`` that the likelihood reads is treated as row data. Give
+        the list explicitly when a public array happens to have length ``n`` (it then stays
+        public) — anything the likelihood reads per row but that is not listed makes validation
+        fail, so a mistake here cannot go unnoticed.
+    chunk_size : int, optional
+        Rows per compiled call when evaluating all rows. Defaults to a size that keeps the
+        per-row gradient temporaries near 64 MiB.
+    gradient_method : {"auto", "vectorize", "jacobian"}
+        How per-row gradients are built (see the module docstring). ``"auto"`` tries
+        ``"vectorize"`` and falls back to ``"jacobian"`` if it cannot be built or fails
+        validation.
+    validate : bool
+        Check, at a random point, that the per-row values on subsets of rows agree with PyMC's
+        per-row log-likelihood on all rows (no coupling between rows) and that the unclipped
+        sums agree with PyMC's ``logp``/``dlogp``. Disable only for models already validated.
+
+    Notes
+    -----
+    Validation reads the data (its outcome only decides whether the model is accepted; nothing
+    it computes is returned). Data-dependent constants computed *outside* the model (e.g. a
+    covariate standardised with the data's own mean before building the model) are invisible
+    to any check: use public constants for such transforms.
+    """
+
+    def __init__(
+        self,
+        model: pm.Model | None = None,
+        vars: Sequence[Any] | None = None,
+        *,
+        row_data: Sequence[Any] | None = None,
+        chunk_size: int | None = None,
+        gradient_method: GradientMethod = "auto",
+        validate: bool = True,
+    ) -> None:
+        self.model = pm.modelcontext(model)
+        if gradient_method not in ("auto", "vectorize", "jacobian"):
+            raise InvalidParameterError(
+                f"gradient_method={gradient_method!r} is not one of 'auto', 'vectorize', "
+                "'jacobian'."
+            )
+        self.value_vars = self._resolve_vars(vars)
+        self._initial_point = self.model.initial_point()
+        self._observed = self._check_observed()
+        self.n_rows = self._observed[0].data.shape[0]
+        lik_terms, prior_terms = self._split_logp()
+        self._rows = self._find_row_inputs(lik_terms, row_data)
+        self._check_prior_reads_no_data(prior_terms)
+        self._lik_terms = lik_terms
+        self._prior_terms = prior_terms
+
+        self._setup_parameter_space()
+        self.ndim = self._ndim
+        if chunk_size is None:
+            chunk_size = max(_MIN_CHUNK, _CHUNK_BYTES // (8 * max(self.ndim, 1)))
+        if int(chunk_size) < 1:
+            raise InvalidParameterError(f"chunk_size must be a positive integer, got {chunk_size}.")
+        self.chunk_size = int(chunk_size)
+        self.rows_read = 0  # rows passed to compiled likelihood functions (instrumentation)
+        self.calls = 0
+
+        self._compile_prior()
+        methods = ["vectorize", "jacobian"] if gradient_method == "auto" else [gradient_method]
+        failures: list[str] = []
+        coupled = False
+        reference = self._reference_values() if validate else None
+        for method in methods:
+            try:
+                self._build_likelihood(method)
+            except Exception as err:
+                failures.append(f"{method}: could not be built ({type(err).__name__}: {err})")
+                continue
+            if not validate:
+                break
+            problem, is_coupling = self._validate(reference)
+            if problem is None:
+                break
+            coupled = coupled or is_coupling
+            failures.append(f"{method}: {problem}")
+        else:
+            detail = "; ".join(failures)
+            if coupled:
+                raise CoupledRowsError(
+                    "The log-likelihood does not split into terms that each depend on one row "
+                    f"only ({detail}). Each row's term must read only that row of the observed "
+                    "data and of the row-aligned data: a cross-row statistic such as "
+                    "`x - x.mean()` or one multivariate distribution spanning all rows makes one "
+                    "person's data move every term, which DP clipping cannot bound. Compute "
+                    "such transforms with public constants instead."
+                )
+            raise ModelNotSupportedError(
+                f"Could not build per-row log-likelihood gradients for this model ({detail})."
+            )
+        self.gradient_method = method
+
+    # ------------------------------------------------------------------ model inspection
+
+    def _resolve_vars(self, vars: Sequence[Any] | None) -> list[Variable]:
+        model = self.model
+        if vars is None:
+            chosen = list(model.value_vars)
+        else:
+            if isinstance(vars, str | Variable):
+                vars = [vars]
+            chosen = []
+            for v in vars:
+                if isinstance(v, str):
+                    if v not in model.named_vars:
+                        raise InvalidParameterError(
+                            f"vars: the model has no variable named {v!r}. Free variables are "
+                            f"{[rv.name for rv in model.free_RVs]}."
+                        )
+                    v = model.named_vars[v]
+                if v in model.rvs_to_values and v in model.free_RVs:
+                    v = model.rvs_to_values[v]
+                if v not in model.value_vars:
+                    kind = "observed" if v in model.observed_RVs else "not a free variable"
+                    raise InvalidParameterError(
+                        f"vars: {_display_name(v)!r} is {kind}. A DP step moves free "
+                        "(unobserved) continuous variables only; remove it from vars."
+                    )
+                chosen.append(v)
+            order = {v: i for i, v in enumerate(model.value_vars)}
+            chosen = sorted(dict.fromkeys(chosen), key=order.__getitem__)
+        values_to_rvs = {val: rv for rv, val in model.rvs_to_values.items()}
+        for v in chosen:
+            if v.dtype not in continuous_dtypes:
+                rv = values_to_rvs[v]
+                raise ModelNotSupportedError(
+                    f"Variable {rv.name!r} is discrete ({v.dtype}); DP step methods move "
+                    "continuous parameters only. Marginalise it out (e.g. with "
+                    "pymc_extras.marginalize) or make it continuous."
+                )
+        imputed = [rv.name for rv in model.free_RVs if rv.name.endswith("_unobserved")]
+        for name in imputed:
+            base = name[: -len("_unobserved")]
+            if f"{base}_observed" in model.named_vars:
+                raise ModelNotSupportedError(
+                    f"Observed variable {base!r} has missing values (NaN or masked): PyMC created "
+                    f"{name!r} to impute them, a free variable made of private data. Drop or "
+                    "impute the missing rows before building the model."
+                )
+        return chosen
+
+    def _check_observed(self) -> list[_RowInput]:
+        model = self.model
+        if not model.observed_RVs:
+            raise ModelNotSupportedError(
+                "The model has no observed variables, so there is no private data to protect. "
+                "Give the likelihood with `observed=...`; for a prior-only model use pm.sample."
+            )
+        observed = []
+        for rv in model.observed_RVs:
+            value = model.rvs_to_values[rv]
+            if not _is_data_leaf(value):
+                raise ModelNotSupportedError(
+                    f"Observed variable {rv.name!r} is observed through a computed expression; "
+                    "pass a NumPy array or pm.Data container as `observed`."
+                )
+            data = _input_value(value)
+            if data.ndim == 0:
+                raise ModelNotSupportedError(
+                    f"Observed variable {rv.name!r} is a scalar; rows are the leading axis of "
+                    "observed data, so give it shape (n, ...) with one entry per individual."
+                )
+            if np.issubdtype(data.dtype, np.floating) and not np.all(np.isfinite(data)):
+                raise ModelNotSupportedError(
+                    f"Observed variable {rv.name!r} contains NaN or infinite values. Drop or "
+                    "impute those rows before building the model (imputing inside the model "
+                    "would turn private data into free variables)."
+                )
+            observed.append(_RowInput(rv.name, value, data, observed=True))
+        lengths = {o.name: o.data.shape[0] for o in observed}
+        if len(set(lengths.values())) > 1:
+            raise ModelNotSupportedError(
+                f"Observed variables have different numbers of rows {lengths}. Every observed "
+                "variable must have one entry per individual along its leading axis."
+            )
+        return observed
+
+    def _split_logp(self) -> tuple[list[Variable], list[tuple[str, Variable]]]:
+        """Per-row likelihood terms (one (n,) vector per observed variable) and prior terms."""
+        model = self.model
+        lik_terms = []
+        elementwise = model.logp(vars=model.observed_RVs, sum=False)
+        for rv, term in zip(model.observed_RVs, elementwise, strict=True):
+            if term.ndim == 0:
+                raise CoupledRowsError(
+                    f"Observed variable {rv.name!r} is a single multivariate draw over all rows "
+                    f"(its log-density is one number, not one per row). Each row must be its own "
+                    "draw: e.g. MvNormal with observed of shape (n, k) is fine, one MvNormal of "
+                    "length n across individuals is not."
+                )
+            if term.ndim > 1:
+                term = term.sum(axis=tuple(range(1, term.ndim)))
+            lik_terms.append(term)
+        prior_rvs = list(model.free_RVs)
+        prior_logps = model.logp(vars=prior_rvs, jacobian=True, sum=False) if prior_rvs else []
+        prior_terms = [(rv.name, lp) for rv, lp in zip(prior_rvs, prior_logps, strict=True)]
+        if model.potentials:
+            pot_logps = model.logp(vars=model.potentials, sum=False)
+            prior_terms += [
+                (pot.name, lp) for pot, lp in zip(model.potentials, pot_logps, strict=True)
+            ]
+        return lik_terms, prior_terms
+
+    def _find_row_inputs(
+        self, lik_terms: list[Variable], row_data: Sequence[Any] | None
+    ) -> list[_RowInput]:
+        n = self.n_rows
+        rows = list(self._observed)
+        observed_vars = {r.variable for r in rows}
+        if row_data is None:
+            for leaf in ancestors(lik_terms):
+                if leaf in observed_vars or not _is_data_leaf(leaf) or leaf.type.ndim == 0:
+                    continue
+                data = _input_value(leaf)
+                if data.shape[0] == n:
+                    rows.append(_RowInput(_display_name(leaf), leaf, data, observed=False))
+        else:
+            if isinstance(row_data, str | Variable):
+                row_data = [row_data]
+            for item in row_data:
+                var = self.model.named_vars.get(item) if isinstance(item, str) else item
+                if var is None or not _is_data_leaf(var):
+                    raise InvalidParameterError(
+                        f"row_data: {item!r} is not a pm.Data container or constant of this "
+                        f"model. Data containers: {[v.name for v in self.model.data_vars]}."
+                    )
+                data = _input_value(var)
+                if data.ndim == 0 or data.shape[0] != n:
+                    raise InvalidParameterError(
+                        f"row_data: {_display_name(var)!r} has shape {data.shape}, but rows are "
+                        f"its leading axis and the observed data has {n} rows."
+                    )
+                if var not in observed_vars:
+                    rows.append(_RowInput(_display_name(var), var, data, observed=False))
+        for r in rows:
+            if not r.observed and np.issubdtype(r.data.dtype, np.floating):
+                if not np.all(np.isfinite(r.data)):
+                    raise ModelNotSupportedError(
+                        f"Row data {r.name!r} contains NaN or infinite values. Drop or impute "
+                        "those rows before building the model."
+                    )
+        return rows
+
+    def _check_prior_reads_no_data(self, prior_terms: list[tuple[str, Variable]]) -> None:
+        row_vars = {r.variable for r in self._rows}
+        row_arrays = [r.data for r in self._rows]
+        potentials = {p.name for p in self.model.potentials}
+        for name, term in prior_terms:
+            for leaf in ancestors([term]):
+                if not _is_data_leaf(leaf) or leaf.type.ndim == 0:
+                    continue
+                hit = leaf in row_vars
+                if not hit and isinstance(leaf, TensorConstant):
+                    data = leaf.data
+                    hit = any(a.shape == data.shape and np.array_equal(a, data) for a in row_arrays)
+                if hit:
+                    what = "pm.Potential" if name in potentials else "The prior of"
+                    raise PrivacyLeakError(
+                        f"{what} {name!r} reads row data ({_display_name(leaf)!r}). It would "
+                        "enter the log-density without clipping or noise, so the output would "
+                        "not be private. Put per-row terms in an observed variable (e.g. "
+                        "pm.CustomDist(..., observed=data)) and keep priors and potentials free "
+                        "of data."
+                    )
+
+    # ------------------------------------------------------------------ graph construction
+
+    def _setup_parameter_space(self) -> None:
+        """Raveled unconstrained parameter vector θ in the order of ``self.value_vars``."""
+        model = self.model
+        point = self._initial_point
+        self._theta = pt.vector("theta", dtype=pytensor.config.floatX)
+        self._slices: list[tuple[Variable, slice, tuple[int, ...]]] = []
+        start = 0
+        replacements: dict[Variable, Variable] = {}
+        for v in self.value_vars:
+            shape = tuple(np.shape(point[v.name]))
+            size = int(np.prod(shape, dtype=int))
+            sl = slice(start, start + size)
+            self._slices.append((v, sl, shape))
+            replacements[v] = self._theta[sl].reshape(shape).astype(v.dtype)
+            start += size
+        self._ndim = start
+        self._fixed: dict[str, SharedVariable] = {}
+        for v in model.value_vars:
+            if v not in replacements:
+                shared = pytensor.shared(np.asarray(point[v.name], dtype=v.dtype), name=v.name)
+                self._fixed[v.name] = shared
+                replacements[v] = shared
+        self._theta_replacements = replacements
+
+    def _to_theta(self, graphs: list[Variable]) -> list[Variable]:
+        return pytensor.clone_replace(graphs, self._theta_replacements, rebuild_strict=False)
+
+    def _compile_prior(self) -> None:
+        terms = [lp.sum() for _, lp in self._prior_terms]
+        total = pt.add(*terms) if terms else pt.constant(0.0, dtype=pytensor.config.floatX)
+        (total,) = self._to_theta([total])
+        grad = pytensor.grad(total, self._theta, disconnected_inputs="ignore")
+        self._f_prior = _compile([self._theta], [total, grad])
+
+    def _row_placeholders(self, batch_shape: tuple[int | None, ...]) -> list[Variable]:
+        return [
+            pt.tensor(
+                name=f"{r.name}_rows", dtype=r.data.dtype, shape=batch_shape + r.data.shape[1:]
+            )
+            for r in self._rows
+        ]
+
+    def _canonical_lik_terms(self) -> tuple[list[Variable], list[Variable]]:
+        """Likelihood terms with row inputs replaced by fixed-length placeholders, rewritten.
+
+        Row inputs are replaced *before* rewriting so that no data is constant-folded into the
+        graph, and with placeholders of the true static length so that the rewrite can drop the
+        shape operations in which PyMC bakes in the number of rows.
+        """
+        fixed = self._row_placeholders((self.n_rows,))
+        terms = pytensor.clone_replace(
+            self._lik_terms, {r.variable: p for r, p in zip(self._rows, fixed, strict=True)}
+        )
+        terms = rewrite_graph(terms, include=("canonicalize",))
+        return terms, fixed
+
+    def _lik_value_vars(self, ell: Variable) -> list[Variable]:
+        used = set(ancestors([ell]))
+        return [v for v, _, _ in self._slices if v in used]
+
+    def _build_likelihood(self, method: str) -> None:
+        terms, fixed = self._canonical_lik_terms()
+        if method == "vectorize":
+            one = self._row_placeholders((1,))
+            one_terms = pytensor.clone_replace(
+                terms, dict(zip(fixed, one, strict=True)), rebuild_strict=False
+            )
+            ell_one = pt.add(*[t.sum() for t in one_terms])
+            lik_vars = self._lik_value_vars(ell_one)
+            grads_one = pytensor.grad(ell_one, lik_vars) if lik_vars else []
+            inputs = self._row_placeholders((None, 1))
+            outs = vectorize_graph([ell_one, *grads_one], dict(zip(one, inputs, strict=True)))
+            ell, grads = outs[0], outs[1:]
+            self._single_row_axis = True
+        else:
+            inputs = self._row_placeholders((None,))
+            var_terms = pytensor.clone_replace(
+                terms, dict(zip(fixed, inputs, strict=True)), rebuild_strict=False
+            )
+            ell = pt.add(*var_terms)
+            lik_vars = self._lik_value_vars(ell)
+            weights = pt.vector("row_weights", dtype=ell.dtype)
+            weighted = (weights * ell).sum()
+            grads = []
+            for v in lik_vars:
+                g = pytensor.grad(weighted, v)
+                jac = pytensor.gradient.jacobian(g.ravel(), weights, vectorize=True)
+                grads.append(jac.T)
+            grads = pytensor.clone_replace(grads, {weights: pt.ones_like(ell)})
+            self._single_row_axis = False
+        m = ell.shape[0]
+        blocks = {v: g.reshape((m, -1)) for v, g in zip(lik_vars, grads, strict=True)}
+        self._compile_likelihood(ell, blocks, inputs)
+
+    def _compile_likelihood(
+        self, ell: Variable, blocks: dict[Variable, Variable], inputs: list[Variable]
+    ) -> None:
+        floatX = pytensor.config.floatX
+        (ell_theta,) = self._to_theta([ell])
+        blocks_theta = dict(zip(blocks, self._to_theta(list(blocks.values())), strict=True))
+        self._f_loglik = _compile([self._theta, *inputs], ell_theta)
+
+        # Clipped gradient sum, SPEC §2: Σ_i g_i · min(1, b / ‖g_i‖), per value-variable block,
+        # joined into the raveled vector only at the end. ‖g_i‖² = Σ_blocks (g_i²) · 1 (a Gemv).
+        bound = pt.scalar("grad_clip", dtype=floatX)
+        m = ell_theta.shape[0]
+        sq_norm = pt.zeros((m,), dtype=floatX)
+        for g in blocks_theta.values():
+            sq_norm = sq_norm + pt.dot(pt.sqr(g), pt.ones((g.shape[1],), dtype=floatX))
+        scale = pt.minimum(1.0, bound / pt.sqrt(sq_norm))
+        pieces = []
+        for v, sl, _ in self._slices:
+            size = sl.stop - sl.start
+            if v in blocks_theta:
+                pieces.append(pt.dot(scale, blocks_theta[v]))
+            else:  # the likelihood does not depend on v: its per-row gradient is zero
+                pieces.append(pt.zeros((size,), dtype=floatX))
+        total = pt.concatenate(pieces) if pieces else pt.zeros((0,), dtype=floatX)
+        n_clipped = pt.sum(sq_norm > pt.sqr(bound))
+        self._f_grad = _compile([self._theta, *inputs, bound], [total, n_clipped])
+
+        # Clipped log-likelihood-ratio sum, SPEC §2: Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B).
+        theta_new = pt.vector("theta_new", dtype=floatX)
+        (ell_new,) = pytensor.clone_replace([ell_theta], {self._theta: theta_new})
+        llr_bound = pt.scalar("llr_clip", dtype=floatX)
+        ratio = ell_new - ell_theta
+        clipped = pt.clip(ratio, -llr_bound, llr_bound)
+        self._f_llr = _compile(
+            [self._theta, theta_new, *inputs, llr_bound],
+            [clipped.sum(), pt.sum(pt.abs(ratio) > llr_bound)],
+        )
+        self._grad_blocks = blocks_theta
+        self._grad_inputs = inputs
+        self._f_grad_rows = None  # compiled on first use (tests, diagnostics)
+
+    # ------------------------------------------------------------------ validation
+
+    def _reference_values(self) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+        """PyMC's per-row log-likelihood, logp and dlogp at a random point θ (for checks)."""
+        model = self.model
+        check_rng = np.random.default_rng(20240917)  # public: nothing here is released
+        theta = self.ravel(self._initial_point) + check_rng.normal(0.0, 0.3, self.ndim)
+        point = {**self._initial_point, **self.unravel(theta)}
+        for name, shared in self._fixed.items():
+            point[name] = shared.get_value()
+        values_to_rvs = {val: rv for rv, val in model.rvs_to_values.items()}
+        outputs = [
+            pt.add(*self._lik_terms),
+            model.logp(),
+            model.dlogp(vars=[values_to_rvs[v] for v in self.value_vars]),
+        ]
+        reference = pytensor.function(model.value_vars, outputs, on_unused_input="ignore")
+        expected, logp, dlogp = reference(
+            *[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
+        )
+        return theta, np.asarray(expected), float(logp), np.asarray(dlogp)
+
+    def _validate(
+        self, reference: tuple[np.ndarray, np.ndarray, float, np.ndarray]
+    ) -> tuple[str | None, bool]:
+        """Compare with PyMC at a random point. Returns (problem or None, is_coupling)."""
+        theta, expected, logp, dlogp = reference
+        check_rng = np.random.default_rng(20240918)
+        try:
+            full = self.loglik_rows(theta, _count=False)
+            subsets = [check_rng.choice(self.n_rows, size=k, replace=False) for k in (1, 1, 5)]
+            sub_values = [self.loglik_rows(theta, rows=idx, _count=False) for idx in subsets]
+        except Exception as err:
+            return f"evaluation on a subset of rows failed ({type(err).__name__}: {err})", False
+        if full.shape != (self.n_rows,):
+            return f"per-row values have shape {full.shape}, expected ({self.n_rows},)", True
+        tol = dict(rtol=1e-8, atol=1e-10)
+        if not np.allclose(full, expected, equal_nan=True, **tol):
+            return "a row's log-likelihood computed alone differs from PyMC's value", True
+        for idx, values in zip(subsets, sub_values, strict=True):
+            if not np.allclose(values, expected[idx], equal_nan=True, **tol):
+                return "a row's log-likelihood computed on a subset of rows differs", True
+        ours = float(np.sum(full)) + self.logprior(theta)
+        if not np.isclose(ours, logp, rtol=1e-8, atol=1e-8):
+            return f"log-density {ours!r} differs from PyMC's {logp!r}", True
+        grad = self.grad_sum(theta, _count=False) + self.logprior_grad(theta)
+        if not np.allclose(grad, dlogp, rtol=1e-6, atol=1e-8):
+            return "the gradient differs from PyMC's dlogp", False
+        return None, False
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The compiled functions, the data and the layout are all a copy needs; the model and
+        # its symbolic graphs stay behind (they do not pickle reliably, and are not needed).
+        state = self.__dict__.copy()
+        for key in ("model", "_lik_terms", "_prior_terms", "_theta_replacements"):
+            state[key] = None
+        return state
+
+    # ------------------------------------------------------------------ parameter vector
+
+    def ravel(self, point: dict[str, Any]) -> np.ndarray:
+        """Raveled parameter vector θ (unconstrained space) from a point dict."""
+        parts = [np.ravel(np.asarray(point[v.name], dtype=float)) for v, _, _ in self._slices]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def unravel(self, theta: np.ndarray) -> dict[str, np.ndarray]:
+        """Point dict (value-variable names) from a raveled parameter vector θ."""
+        theta = np.asarray(theta)
+        return {v.name: theta[sl].reshape(shape) for v, sl, shape in self._slices}
+
+    def set_fixed_values(self, point: dict[str, Any]) -> None:
+        """Set the values of free variables that are not in ``vars`` (held fixed)."""
+        for name, shared in self._fixed.items():
+            if name in point:
+                shared.set_value(np.asarray(point[name], dtype=shared.dtype))
+
+    # ------------------------------------------------------------------ public (no data)
+
+    def logprior(self, theta: np.ndarray) -> float:
+        """Log-prior ``log p(θ)`` including transform Jacobians and data-free potentials."""
+        return float(self._f_prior(self._as_theta(theta))[0])
+
+    def logprior_grad(self, theta: np.ndarray) -> np.ndarray:
+        """Gradient of :meth:`logprior` with respect to θ."""
+        return np.asarray(self._f_prior(self._as_theta(theta))[1])
+
+    def logprior_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """:meth:`logprior` and :meth:`logprior_grad` in one call."""
+        value, grad = self._f_prior(self._as_theta(theta))
+        return float(value), np.asarray(grad)
+
+    # ------------------------------------------------------------------ private (reads data)
+
+    def loglik_rows(
+        self, theta: np.ndarray, rows: np.ndarray | slice | None = None, *, _count: bool = True
+    ) -> np.ndarray:
+        """Per-row log-likelihood ``ℓ_i(θ)`` for all rows, or for ``rows`` only. Not private."""
+        theta = self._as_theta(theta)
+        parts = [self._f_loglik(theta, *chunk) for chunk in self._chunks(rows, _count)]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def clipped_grad_sum(
+        self, theta: np.ndarray, grad_clip: float, rows: np.ndarray | slice | None = None
+    ) -> ClippedSum:
+        """``Σ_i clip_b(∇_θ ℓ_i(θ))`` with ``b = grad_clip`` (SPEC §2), over all rows or ``rows``.
+
+        Sensitivity under substitution of one row: ``2 · grad_clip``.
+        """
+        bound = self._check_bound(grad_clip, "grad_clip")
+        theta = self._as_theta(theta)
+        total = np.zeros(self.ndim)
+        clipped = 0
+        for chunk in self._chunks(rows, True):
+            value, count = self._f_grad(theta, *chunk, bound)
+            total += value
+            clipped += int(count)
+        return ClippedSum(total, clipped)
+
+    def clipped_llr_sum(
+        self,
+        theta: np.ndarray,
+        theta_new: np.ndarray,
+        llr_clip: float,
+        rows: np.ndarray | slice | None = None,
+    ) -> ClippedSum:
+        """``Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B)`` with ``B = llr_clip`` (SPEC §2).
+
+        ``B`` is the absolute bound; the mechanisms pass ``b_l · ‖θ' − θ‖₂``.
+        Sensitivity under substitution of one row: ``2B``.
+        """
+        bound = self._check_bound(llr_clip, "llr_clip")
+        theta, theta_new = self._as_theta(theta), self._as_theta(theta_new)
+        total = 0.0
+        clipped = 0
+        for chunk in self._chunks(rows, True):
+            value, count = self._f_llr(theta, theta_new, *chunk, bound)
+            total += float(value)
+            clipped += int(count)
+        return ClippedSum(total, clipped)
+
+    def grad_sum(
+        self, theta: np.ndarray, rows: np.ndarray | slice | None = None, *, _count: bool = True
+    ) -> np.ndarray:
+        """Unclipped ``Σ_i ∇_θ ℓ_i(θ)``. Not private; for tests and diagnostics."""
+        theta = self._as_theta(theta)
+        total = np.zeros(self.ndim)
+        for chunk in self._chunks(rows, _count):
+            total += self._f_grad(theta, *chunk, self._check_bound(np.inf, "grad_clip"))[0]
+        return total
+
+    def grad_rows(self, theta: np.ndarray, rows: np.ndarray | slice | None = None) -> np.ndarray:
+        """Per-row gradients as an ``(m, d)`` matrix. Not private; for tests and diagnostics."""
+        if self._f_grad_rows is None:
+            m = next(iter(self._grad_blocks.values())).shape[0] if self._grad_blocks else 0
+            cols = []
+            for v, sl, _ in self._slices:
+                if v in self._grad_blocks:
+                    cols.append(self._grad_blocks[v])
+                else:
+                    cols.append(pt.zeros((m, sl.stop - sl.start)))
+            self._f_grad_rows = _compile(
+                [self._theta, *self._grad_inputs], pt.concatenate(cols, axis=1)
+            )
+        theta = self._as_theta(theta)
+        parts = [self._f_grad_rows(theta, *chunk) for chunk in self._chunks(rows, True)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.ndim))
+
+    # ------------------------------------------------------------------ helpers
+
+    def _as_theta(self, theta: np.ndarray) -> np.ndarray:
+        theta = np.asarray(theta, dtype=pytensor.config.floatX)
+        if theta.shape != (self.ndim,):
+            raise InvalidParameterError(
+                f"theta has shape {theta.shape}; expected ({self.ndim},), the raveled "
+                f"unconstrained parameters {[v.name for v in self.value_vars]}."
+            )
+        return theta
+
+    @staticmethod
+    def _check_bound(value: float, name: str) -> np.ndarray:
+        value = float(value)
+        if not value > 0:  # also rejects NaN
+            raise InvalidParameterError(f"{name} must be positive, got {value}.")
+        return np.asarray(value, dtype=pytensor.config.floatX)
+
+    def _chunks(self, rows: np.ndarray | slice | None, count: bool):
+        """Yield the row inputs of each chunk, shaped for the compiled functions."""
+        if rows is None:
+            arrays = [r.data for r in self._rows]
+        else:
+            if not isinstance(rows, slice):
+                rows = np.asarray(rows)
+                if rows.dtype == bool or not np.issubdtype(rows.dtype, np.integer):
+                    raise InvalidParameterError("rows must be a slice or an array of row indices.")
+            arrays = [r.data[rows] for r in self._rows]
+        m = arrays[0].shape[0]
+        if count:
+            self.calls += 1
+            self.rows_read += m
+        for start in range(0, m, self.chunk_size):
+            stop = min(start + self.chunk_size, m)
+            if self._single_row_axis:  # vectorized single-row graph: (m, 1, ...) inputs
+                yield [a[start:stop, None] for a in arrays]
+            else:
+                yield [a[start:stop] for a in arrays]
+
+    def __repr__(self) -> str:
+        names = [v.name for v in self.value_vars]
+        return (
+            f"RowLikelihood(n_rows={self.n_rows}, ndim={self.ndim}, vars={names}, "
+            f"row_data={[r.name for r in self._rows]}, gradient_method={self.gradient_method!r})"
+        )
