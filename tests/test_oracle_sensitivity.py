@@ -1,0 +1,96 @@
+"""Sensitivity of the clipped sums under substitution of one row (SPEC §1–§2).
+
+For neighbouring data sets ``X ~ X'`` (one row substituted, extreme rows included), the clipped
+gradient sum moves by at most ``2 b_g`` and the clipped log-likelihood-ratio sum by at most ``2B``.
+Neighbours are built from one oracle by evaluating it on two row subsets that differ in one index.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pymc as pm
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pymc_dp.oracle import RowLikelihood
+
+N_BASE = 200
+EXTREME = [0.0, 1e3, -1e3, 1e6, -1e6, 1e-12]
+
+
+@cache
+def logistic_oracle() -> RowLikelihood:
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(N_BASE, 3))
+    y = rng.integers(0, 2, N_BASE)
+    X_ext = np.array([[v, -v, v] for v in EXTREME] * 2)
+    y_ext = np.array([0] * len(EXTREME) + [1] * len(EXTREME))
+    with pm.Model() as model:
+        Xd = pm.Data("X", np.vstack([X, X_ext]))
+        beta = pm.Normal("beta", 0, 1, shape=3)
+        pm.Bernoulli("y", logit_p=Xd @ beta, observed=np.concatenate([y, y_ext]))
+    return RowLikelihood(model)
+
+
+@cache
+def linear_oracle() -> RowLikelihood:
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.normal(size=N_BASE), EXTREME, EXTREME])
+    y = np.concatenate([rng.normal(size=N_BASE), EXTREME, -np.array(EXTREME)])
+    with pm.Model() as model:
+        xd = pm.Data("x", x)
+        b = pm.Normal("b")
+        sigma = pm.HalfNormal("sigma")
+        pm.Normal("y", b * xd, sigma, observed=y)
+    return RowLikelihood(model)
+
+
+ORACLES = {"logistic": logistic_oracle, "linear": linear_oracle}
+
+
+@st.composite
+def neighbours(draw):
+    oracle = ORACLES[draw(st.sampled_from(sorted(ORACLES)))]()
+    coords = st.floats(-3, 3, allow_nan=False)
+    theta = np.array(draw(st.lists(coords, min_size=oracle.ndim, max_size=oracle.ndim)))
+    step = np.array(
+        draw(st.lists(st.floats(-0.5, 0.5), min_size=oracle.ndim, max_size=oracle.ndim))
+    )
+    rows = np.arange(N_BASE)
+    other = rows.copy()
+    other[draw(st.integers(0, N_BASE - 1))] = draw(st.integers(0, oracle.n_rows - 1))
+    bound = draw(st.floats(1e-3, 1e3))
+    return oracle, theta, theta + step, rows, other, bound
+
+
+@settings(max_examples=60, deadline=None)
+@given(neighbours())
+def test_clipped_gradient_sum_moves_at_most_2b(case):
+    oracle, theta, _, rows, other, bound = case
+    a = oracle.clipped_grad_sum(theta, bound, rows=rows).value
+    b = oracle.clipped_grad_sum(theta, bound, rows=other).value
+    assert np.linalg.norm(a - b) <= 2 * bound * (1 + 1e-9) + 1e-12 * N_BASE * bound
+
+
+@settings(max_examples=60, deadline=None)
+@given(neighbours())
+def test_clipped_ratio_sum_moves_at_most_2B(case):
+    oracle, theta, theta_new, rows, other, bound = case
+    a = oracle.clipped_llr_sum(theta, theta_new, bound, rows=rows).value
+    b = oracle.clipped_llr_sum(theta, theta_new, bound, rows=other).value
+    assert np.isfinite(a) and np.isfinite(b)
+    assert abs(a - b) <= 2 * bound * (1 + 1e-9) + 1e-12 * N_BASE * bound
+
+
+def test_every_row_is_clipped_to_the_bound():
+    # the per-row contributions themselves respect the bound, extreme rows included
+    oracle = logistic_oracle()
+    theta = np.array([0.5, -1.0, 2.0])
+    bound = 0.7
+    for i in range(oracle.n_rows):
+        g = oracle.clipped_grad_sum(theta, bound, rows=np.array([i])).value
+        assert np.linalg.norm(g) <= bound * (1 + 1e-12)
+    r = [oracle.clipped_llr_sum(theta, -theta, bound, rows=np.array([i])).value for i in range(5)]
+    assert np.all(np.abs(r) <= bound)
