@@ -1,5 +1,11 @@
 """pymc_dp: differentially private MCMC for PyMC models."""
 
+from pymc_dp.accounting import (
+    BarkerCost,
+    GaussianCost,
+    PrivacyBudget,
+    SubsampledGaussianCost,
+)
 from pymc_dp.errors import (
     BudgetExceededError,
     CoupledRowsError,
@@ -9,16 +15,22 @@ from pymc_dp.errors import (
     PrivacyLeakError,
     PyMCDPError,
 )
+from pymc_dp.oracle import RowLikelihood
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "BarkerCost",
     "BudgetExceededError",
     "CoupledRowsError",
+    "GaussianCost",
     "InvalidParameterError",
     "LedgerError",
     "ModelNotSupportedError",
+    "PrivacyBudget",
     "PrivacyLeakError",
     "PyMCDPError",
+    "RowLikelihood",
+    "SubsampledGaussianCost",
     "__version__",
 ]

@@ -1,0 +1,480 @@
+"""The privacy ledger: an SQLite file that makes reservations atomic across processes.
+
+Enforcement, not advice: before a chain reads private data it *reserves* its iterations. A
+reservation runs in one ``BEGIN IMMEDIATE`` transaction — SQLite's write lock is taken before
+anything is read, so concurrent reservers (chains in worker processes, separate analyses
+over days) serialise — which
+
+1. reads every earlier reservation on the dataset,
+2. composes them with the new one (:func:`~pymc_dp.accounting.costs.composition_fits`), and
+3. either inserts the new row and commits, or rolls back and raises
+   :class:`~pymc_dp.errors.BudgetExceededError` saying how many iterations still fit.
+
+A reservation counts in full from the moment it is committed (reserve first, then spend): a
+crash after reserving leaves it counted. Progress recorded with
+:meth:`Reservation.spend` is for reporting only.
+
+Tables
+------
+``meta(key, value)``
+    schema version.
+``datasets(name, epsilon, delta, created)``
+    the (ε, δ) budget of each dataset, stored on first use; a budget with a different (ε, δ)
+    for the same dataset is refused.
+``reservations(id, dataset, created, mechanism, chain, chains, iterations, cost, mu,
+epsilon_total, method, spent, pid, host)``
+    one row per reservation; ``cost`` is the JSON of the per-iteration cost, ``mu`` the total
+    PLD parameter of the reservation when it is Gaussian, ``epsilon_total`` the ε (at the
+    dataset's δ) of all reservations up to and including this one, ``method`` how it was
+    composed (``gaussian``, ``pld`` or ``rdp``; see :mod:`.costs`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import math
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from pymc_dp.accounting._checks import check_int
+from pymc_dp.accounting.costs import (
+    PrivacyCost,
+    compose_epsilon,
+    composition_fits,
+    cost_from_record,
+    max_iterations,
+)
+from pymc_dp.errors import BudgetExceededError, InvalidParameterError, LedgerError
+
+__all__ = ["Ledger", "LedgerEntry", "Reservation"]
+
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS datasets (
+    name TEXT PRIMARY KEY,
+    epsilon REAL NOT NULL,
+    delta REAL NOT NULL,
+    created TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS reservations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    dataset TEXT NOT NULL REFERENCES datasets(name),
+    created TEXT NOT NULL,
+    mechanism TEXT NOT NULL,
+    chain INTEGER,
+    chains INTEGER NOT NULL,
+    iterations INTEGER NOT NULL,
+    cost TEXT NOT NULL,
+    mu REAL,
+    epsilon_total REAL NOT NULL,
+    method TEXT NOT NULL,
+    spent INTEGER NOT NULL DEFAULT 0,
+    pid INTEGER,
+    host TEXT
+);
+CREATE INDEX IF NOT EXISTS reservations_dataset ON reservations(dataset, id);
+"""
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerEntry:
+    """One reservation as recorded in the ledger (read-only view)."""
+
+    id: int
+    dataset: str
+    created: str
+    mechanism: str
+    chain: int | None
+    chains: int
+    iterations: int
+    cost: PrivacyCost
+    mu: float | None
+    epsilon_total: float
+    method: str
+    spent: int
+    pid: int | None
+    host: str | None
+
+
+class Ledger:
+    """An SQLite privacy ledger file (see the module docstring).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Ledger file; created (with its tables) if missing. Its directory must exist.
+    timeout : float
+        Seconds to wait for a busy ledger (another process holding the write lock) before
+        raising :class:`~pymc_dp.errors.LedgerError`.
+    create : bool
+        If false, a missing file is an error instead of being created.
+
+    Notes
+    -----
+    The object holds only the path: connections are opened per operation, so it is safe to
+    pickle and to use after ``fork``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 60.0, create: bool = True):
+        self._path = os.fspath(path)
+        if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+            raise InvalidParameterError(
+                f"timeout must be a positive number of seconds; got {timeout!r}."
+            )
+        self._timeout = float(timeout)
+        if not create and not os.path.exists(self._path):
+            raise LedgerError(f"no privacy ledger at {self._path!r}: the file does not exist.")
+        parent = os.path.dirname(os.path.abspath(self._path))
+        if not os.path.isdir(parent):
+            raise LedgerError(
+                f"cannot create the privacy ledger {self._path!r}: directory {parent!r} does not "
+                "exist."
+            )
+        self._initialise()
+
+    @property
+    def path(self) -> str:
+        """Path of the ledger file."""
+        return self._path
+
+    @property
+    def timeout(self) -> float:
+        """Seconds to wait for the write lock."""
+        return self._timeout
+
+    def __repr__(self) -> str:
+        return f"Ledger({self._path!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_open_ledger, (self._path, self._timeout))
+
+    # -- low level -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        try:
+            conn = sqlite3.connect(self._path, timeout=self._timeout, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot open the privacy ledger {self._path!r}: {exc}") from exc
+        try:
+            yield conn
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise LedgerError(
+                    f"the privacy ledger {self._path!r} stayed locked by another process for "
+                    f"more than {self._timeout:g} s; try again or raise `timeout`."
+                ) from exc
+            raise LedgerError(f"privacy ledger {self._path!r}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(
+                f"{self._path!r} is not a readable pymc_dp privacy ledger ({exc})."
+            ) from exc
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error."""
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _schema_version(self, conn: sqlite3.Connection) -> str | None:
+        has_meta = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+        ).fetchone()
+        if not has_meta:
+            return None
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        return None if row is None else str(row[0])
+
+    def _initialise(self) -> None:
+        with self._connect() as conn:
+            version = self._schema_version(conn)
+        if version is None:
+            with self._write() as conn:
+                for stmt in _SCHEMA.split(";"):
+                    if stmt.strip():
+                        conn.execute(stmt)
+                if self._schema_version(conn) is None:
+                    conn.execute(
+                        "INSERT INTO meta(key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,)
+                    )
+                version = self._schema_version(conn)
+        if version != SCHEMA_VERSION:
+            raise LedgerError(
+                f"privacy ledger {self._path!r} has schema version {version}; this pymc_dp "
+                f"reads version {SCHEMA_VERSION}."
+            )
+
+    # -- datasets --------------------------------------------------------------------------
+    def register_dataset(self, name: str, epsilon: float, delta: float) -> None:
+        """Record the (ε, δ) budget of ``name``; refuse a different budget for a known name."""
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT epsilon, delta FROM datasets WHERE name = ?", (name,)
+            ).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO datasets(name, epsilon, delta, created) VALUES (?, ?, ?, ?)",
+                    (name, float(epsilon), float(delta), _now()),
+                )
+                return
+        rec_eps, rec_delta = row
+        if not (
+            math.isclose(rec_eps, epsilon, rel_tol=1e-12)
+            and math.isclose(rec_delta, delta, rel_tol=1e-12)
+        ):
+            raise InvalidParameterError(
+                f"dataset {name!r} is recorded in the privacy ledger {self._path!r} with budget "
+                f"epsilon={rec_eps!r}, delta={rec_delta!r}; this budget asks for "
+                f"epsilon={epsilon!r}, delta={delta!r}. A dataset has one budget for its "
+                f"lifetime: use PrivacyBudget.from_ledger({self._path!r}, {name!r}) to draw "
+                "from the recorded one, or a different dataset name for different data."
+            )
+
+    def dataset_budget(self, name: str) -> tuple[float, float] | None:
+        """The recorded ``(epsilon, delta)`` of ``name``, or ``None`` if it is unknown."""
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT epsilon, delta FROM datasets WHERE name = ?", (name,)
+            ).fetchone()
+        return None if row is None else (float(row[0]), float(row[1]))
+
+    def datasets(self) -> list[str]:
+        """Names of the datasets recorded in the ledger."""
+        with self._connect() as conn:
+            return [r[0] for r in conn.execute("SELECT name FROM datasets ORDER BY name")]
+
+    # -- reservations ----------------------------------------------------------------------
+    @staticmethod
+    def _row_to_entry(row: tuple[Any, ...]) -> LedgerEntry:
+        (id_, dataset, created, mechanism, chain, chains, iterations, cost, mu, eps_total,
+         method, spent, pid, host) = row  # fmt: skip
+        try:
+            cost_obj = cost_from_record(json.loads(cost))
+        except (ValueError, TypeError) as exc:
+            raise LedgerError(f"reservation {id_} has an unreadable cost record {cost!r}.") from exc
+        return LedgerEntry(
+            id=int(id_),
+            dataset=dataset,
+            created=created,
+            mechanism=mechanism,
+            chain=None if chain is None else int(chain),
+            chains=int(chains),
+            iterations=int(iterations),
+            cost=cost_obj,
+            mu=None if mu is None else float(mu),
+            epsilon_total=float(eps_total),
+            method=method,
+            spent=int(spent),
+            pid=None if pid is None else int(pid),
+            host=host,
+        )
+
+    _COLUMNS = (
+        "id, dataset, created, mechanism, chain, chains, iterations, cost, mu, epsilon_total, "
+        "method, spent, pid, host"
+    )
+
+    def _entries(self, conn: sqlite3.Connection, dataset: str) -> list[LedgerEntry]:
+        rows = conn.execute(
+            f"SELECT {self._COLUMNS} FROM reservations WHERE dataset = ? ORDER BY id", (dataset,)
+        ).fetchall()
+        return [self._row_to_entry(r) for r in rows]
+
+    def entries(self, dataset: str) -> list[LedgerEntry]:
+        """All reservations on ``dataset``, oldest first."""
+        with self._connect() as conn:
+            return self._entries(conn, dataset)
+
+    def reserve(
+        self,
+        dataset: str,
+        cost: PrivacyCost,
+        iterations: int,
+        *,
+        mechanism: str,
+        chain: int | None,
+        chains: int,
+    ) -> LedgerEntry:
+        """Atomically check the budget of ``dataset`` and record a reservation.
+
+        Raises
+        ------
+        BudgetExceededError
+            If the reservation would exceed the dataset's budget; nothing is recorded.
+        """
+        k = check_int(iterations, "iterations", minimum=1)
+        refused: list[tuple[PrivacyCost, int]] | None = None
+        entry: LedgerEntry | None = None
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT epsilon, delta FROM datasets WHERE name = ?", (dataset,)
+            ).fetchone()
+            if row is None:
+                raise LedgerError(
+                    f"dataset {dataset!r} is not registered in the privacy ledger {self._path!r}."
+                )
+            epsilon, delta = float(row[0]), float(row[1])
+            existing = [(e.cost, e.iterations) for e in self._entries(conn, dataset)]
+            spending = [*existing, (cost, k)]
+            if not composition_fits(spending, epsilon, delta):
+                refused = existing  # nothing is written; the lock is released before reporting
+            else:
+                eps_total, method = compose_epsilon(spending, delta)
+                mu = cost.gaussian_mu()
+                cur = conn.execute(
+                    "INSERT INTO reservations(dataset, created, mechanism, chain, chains, "
+                    "iterations, cost, mu, epsilon_total, method, spent, pid, host) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
+                    (
+                        dataset,
+                        _now(),
+                        mechanism,
+                        chain,
+                        chains,
+                        k,
+                        json.dumps(cost.to_record(), sort_keys=True),
+                        None if mu is None else k * mu,
+                        eps_total,
+                        method,
+                        os.getpid(),
+                        socket.gethostname(),
+                    ),
+                )
+                entry = self._row_to_entry(
+                    conn.execute(
+                        f"SELECT {self._COLUMNS} FROM reservations WHERE id = ?", (cur.lastrowid,)
+                    ).fetchone()
+                )
+        if refused is not None:
+            still = max_iterations(refused, cost, epsilon, delta)
+            raise BudgetExceededError(
+                f"reserving {k} iterations of {cost.describe()} for {mechanism} on dataset "
+                f"{dataset!r} would exceed its budget (epsilon={epsilon:g}, delta={delta:g}); "
+                f"only {still} iterations of this cost still fit. Nothing was read and nothing "
+                "was recorded: run fewer iterations (or chains), add more noise, or start from "
+                "a larger budget."
+            )
+        assert entry is not None
+        return entry
+
+    def record_progress(self, reservation_id: int, spent: int) -> None:
+        """Store how many iterations of a reservation have run (reporting only)."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE reservations SET spent = MAX(spent, ?) WHERE id = ?",
+                (int(spent), int(reservation_id)),
+            )
+
+
+def _open_ledger(path: str, timeout: float) -> Ledger:
+    return Ledger(path, timeout=timeout)
+
+
+@dataclasses.dataclass
+class Reservation:
+    """Iterations reserved on a ledger, returned by :meth:`PrivacyBudget.reserve`.
+
+    The budget counts all ``iterations`` from the moment the reservation exists;
+    :meth:`spend` only records progress for reporting. Pickles (it holds the ledger path).
+
+    Attributes
+    ----------
+    id : int
+        Row id in the ledger.
+    iterations : int
+        Iterations reserved.
+    spent : int
+        Iterations recorded as run so far (in this process).
+    epsilon_total : float
+        ε (at the dataset's δ) of all reservations on the dataset up to and including this one.
+    """
+
+    id: int
+    ledger_path: str
+    dataset: str
+    mechanism: str
+    chain: int | None
+    chains: int
+    iterations: int
+    cost: PrivacyCost
+    epsilon_total: float
+    method: str
+    created: str
+    spent: int = 0
+    timeout: float = 60.0
+    _last_flush: float = dataclasses.field(default=0.0, repr=False, compare=False)
+    _flushed: int = dataclasses.field(default=0, repr=False, compare=False)
+
+    @property
+    def remaining(self) -> int:
+        """Reserved iterations not yet recorded as spent."""
+        return self.iterations - self.spent
+
+    def spend(self, iterations: int = 1, *, flush: bool = False) -> None:
+        """Record that ``iterations`` more iterations have run.
+
+        The count is written to the ledger at most once a second (and always when the
+        reservation is used up or ``flush=True``), so it is cheap to call every iteration.
+
+        Raises
+        ------
+        BudgetExceededError
+            If the total would exceed the reservation: reserve more before reading more data.
+        """
+        k = check_int(iterations, "iterations", minimum=0)
+        if self.spent + k > self.iterations:
+            raise BudgetExceededError(
+                f"reservation {self.id} ({self.mechanism}) covers {self.iterations} iterations "
+                f"and {self.spent} have run; {k} more would exceed it. Reserve more iterations "
+                "before reading more data."
+            )
+        self.spent += k
+        now = time.monotonic()
+        if flush or self.spent == self.iterations or now - self._last_flush >= 1.0:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the progress count to the ledger now."""
+        if self.spent != self._flushed:
+            Ledger(self.ledger_path, timeout=self.timeout, create=False).record_progress(
+                self.id, self.spent
+            )
+            self._flushed = self.spent
+        self._last_flush = time.monotonic()
+
+    @classmethod
+    def _from_entry(cls, entry: LedgerEntry, ledger: Ledger) -> Reservation:
+        return cls(
+            id=entry.id,
+            ledger_path=ledger.path,
+            dataset=entry.dataset,
+            mechanism=entry.mechanism,
+            chain=entry.chain,
+            chains=entry.chains,
+            iterations=entry.iterations,
+            cost=entry.cost,
+            epsilon_total=entry.epsilon_total,
+            method=entry.method,
+            created=entry.created,
+            timeout=ledger.timeout,
+        )

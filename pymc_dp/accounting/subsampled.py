@@ -1,0 +1,313 @@
+"""PLD accounting for the subsampled Gaussian mechanism (SPEC §3, §4.2, §4.5).
+
+Setting
+-------
+Each iteration draws a batch of ``b`` rows uniformly *without replacement* from the ``n`` rows
+(``q = b/n``), evaluates a query on the batch whose **substitute-relation** sensitivity is
+``Δ`` and adds ``N(0, σ²)`` noise; ``z = σ/Δ`` is our noise multiplier (SPEC §2). Neighbouring
+datasets differ in one row (substitute relation, SPEC §1).
+
+Which dominating pair
+---------------------
+Coupling the batches that miss the changed row with those that contain it shows that one
+iteration is a mixture of pairs ``((1-q)N(0, σ²) + q N(u, σ²), (1-q)N(0, σ²) + q N(u', σ²))``
+with ``‖u‖, ‖u'‖, ‖u - u'‖ ≤ Δ``. Both the "remove-like" pair ``(u, u') = (Δ, 0)`` and the
+"add-like" pair ``(0, Δ)`` occur for real data (e.g. a clipped sum with every other row at
+``-C`` and the changed row going from ``+C`` to ``-C``), and in an adaptive composition (an
+MCMC chain: the query depends on the current state) the direction may change from one
+iteration to the next. Dong, Roth & Su (2022, *Gaussian differential privacy*, JRSS-B,
+Thm 9 — subsampling without replacement, substitute relation) prove that the subsampled
+mechanism is ``C_q(G_{1/z})``-DP with ``C_q(f) = min{f_q, f_q^{-1}}**`` and
+``f_q = q f + (1 - q) Id``, i.e. its trade-off function is the convex hull of the remove- and
+add-direction trade-off functions. The privacy loss distribution (PLD) of that symmetric
+dominating pair is
+
+* for losses ``ℓ > 0``: the PLD of the remove-direction pair
+  ``((1-q)N(0,1) + qN(1/z, 1), N(0, 1))``, which is exactly what
+  :func:`dp_accounting.pld.privacy_loss_distribution.from_gaussian_mechanism` builds for a
+  *Poisson*-subsampled Gaussian with ``sampling_prob = q`` under ``ADD_OR_REMOVE_ONE`` (its
+  "remove" PMF, with the library's pessimistic connect-the-dots discretisation);
+* for ``ℓ < 0``: the mirror image ``ω(-ℓ) = e^{-ℓ} ω(ℓ)`` (the pair is symmetric);
+* an atom at ``ℓ = 0`` holding the remaining mass (the linear piece of the convex hull).
+
+We build this PMF once per ``(z, q)`` from dp_accounting's remove-direction PMF and let
+dp_accounting compose it (``self_compose``, FFT) and convert it to (ε, δ). Its (ε, δ)
+profile is ``max(δ_remove(ε), δ_add(ε))`` for every ε, so for one iteration it coincides with
+dp_accounting's ``PoissonSampledDpEvent`` under ``ADD_OR_REMOVE_ONE``; for ``k > 1`` it is
+larger, because dp_accounting's add/remove accountant assumes one fixed direction for the
+whole composition (max of the two self-compositions), which is right for add/remove Poisson
+sampling but not for substitution with direction-switching adaptive queries (cf. Lebeda,
+Regehr, Kamath & Steinke 2024, "Avoiding pitfalls for privacy accounting of subsampled
+mechanisms under composition"). For ``q = 1`` it reduces to the Gaussian PLD ``N(μ, 2μ)``,
+``μ = 1/(2z²)``.
+
+Conventions pinned (google/differential-privacy#378)
+----------------------------------------------------
+dp_accounting's ``GaussianDpEvent(noise_multiplier)`` means ``σ / C`` with ``C`` the norm bound of
+one record's contribution. Under ``ADD_OR_REMOVE_ONE`` the sum moves by ``C``, so our ``z``
+(σ over the *substitute* sensitivity ``Δ``) is ``GaussianDpEvent(z)`` under
+``ADD_OR_REMOVE_ONE`` (PLD ``N(1/(2z²), 1/z²)``). Under ``REPLACE_ONE`` the PLD accountant moves
+the mean by ``2C``, so the same PLD is ``GaussianDpEvent(2z)`` there — whereas dp_accounting's
+RDP accountant (``SampledWithoutReplacementDpEvent``, ``REPLACE_ONE``) treats the multiplier as
+``σ`` over the replace-one sensitivity. The tests pin each of these.
+
+This module also offers :func:`subsampled_gaussian_rdp` (WBK 2019 Thm 9 with the Gaussian's
+``α/(2z²)``) for compositions that must be done in RDP (mixed with DP Barker).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pymc_dp.accounting._checks import check_delta, check_int, check_positive
+from pymc_dp.accounting.gaussian import gaussian_delta, gaussian_epsilon
+from pymc_dp.accounting.rdp import wbk_subsampled_rdp
+from pymc_dp.errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+# dp_accounting (and the parts of SciPy it pulls in) is imported lazily, on first use.
+
+__all__ = [
+    "DEFAULT_DISCRETIZATION",
+    "gaussian_pld",
+    "subsampled_gaussian_delta",
+    "subsampled_gaussian_epsilon",
+    "subsampled_gaussian_pld",
+    "subsampled_gaussian_rdp",
+]
+
+#: Loss discretisation (nats) for the PLD computations (dp_accounting's default).
+DEFAULT_DISCRETIZATION = 1e-4
+
+
+def _check_zq(noise_multiplier: object, sampling_ratio: object) -> tuple[float, float]:
+    z = check_positive(
+        noise_multiplier,
+        "noise_multiplier",
+        hint=" It is z = sigma / Delta, the noise std over the substitute-relation sensitivity.",
+    )
+    q = check_positive(sampling_ratio, "sampling_ratio")
+    if q > 1.0:
+        raise InvalidParameterError(
+            f"sampling_ratio must be in (0, 1] (batch size / number of rows); got {q}."
+        )
+    return z, q
+
+
+@functools.lru_cache(maxsize=8)
+def _two_direction_pld(
+    z: float, q: float, discretization: float
+) -> pld_lib.PrivacyLossDistribution:
+    """dp_accounting's Poisson-subsampled Gaussian PLD (remove and add directions)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    return pld_lib.from_gaussian_mechanism(
+        standard_deviation=z,
+        sensitivity=1.0,
+        value_discretization_interval=discretization,
+        sampling_prob=q,
+        neighboring_relation=pld_lib.NeighborRel.ADD_OR_REMOVE_ONE,
+    )
+
+
+def _remove_pmf(z: float, q: float, discretization: float) -> tuple[int, np.ndarray, float]:
+    """dp_accounting's pessimistic PMF of the remove-direction subsampled-Gaussian pair."""
+    pld = _two_direction_pld(z, q, discretization)
+    try:
+        pmf = pld._pmf_remove.to_dense_pmf()
+        lower, probs, inf_mass = pmf._lower_loss, np.asarray(pmf._probs), pmf._infinity_mass
+    except AttributeError as exc:  # pragma: no cover - guards a dp_accounting refactor
+        raise RuntimeError(
+            "pymc_dp needs dp_accounting's PrivacyLossDistribution._pmf_remove (dense PMF with "
+            "_lower_loss/_probs/_infinity_mass); this dp_accounting version changed them."
+        ) from exc
+    return lower, probs, float(inf_mass)
+
+
+def _symmetric_pld(z: float, q: float, discretization: float) -> pld_lib.PrivacyLossDistribution:
+    """PLD of the Dong–Roth–Su dominating pair ``C_q(G_{1/z})`` (see module docstring)."""
+    return _symmetric_pld_and_mean(z, q, discretization)[0]
+
+
+def symmetric_pld_mean(z: float, q: float, discretization: float = DEFAULT_DISCRETIZATION) -> float:
+    """Mean privacy loss (KL divergence) of one iteration under the dominating pair."""
+    return _symmetric_pld_and_mean(z, q, discretization)[1]
+
+
+@functools.lru_cache(maxsize=32)
+def _symmetric_pld_and_mean(
+    z: float, q: float, discretization: float
+) -> tuple[pld_lib.PrivacyLossDistribution, float]:
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    lower, probs, inf_mass = _remove_pmf(z, q, discretization)
+    idx = np.arange(probs.size, dtype=np.int64) + int(lower)
+    keep = (idx > 0) & (probs > 0)
+    pos_idx, pos_p = idx[keep], probs[keep]
+    top = int(pos_idx.max()) if pos_idx.size else 0
+    dense = np.zeros(2 * top + 1)
+    dense[pos_idx + top] = pos_p
+    # mirror: mass e^{-ℓ} ω(ℓ) at -ℓ (exact for a PMF supported on the grid)
+    dense[top - pos_idx] += pos_p * np.exp(-pos_idx * discretization)
+    atom = 1.0 - inf_mass - float(dense.sum())
+    if atom < -1e-9:  # pragma: no cover - would mean the input PMF is not a valid PLD
+        raise RuntimeError(f"symmetrised PLD has negative mass at zero loss ({atom}).")
+    dense[top] += max(atom, 0.0)
+    pmf = pld_pmf.DensePLDPmf(discretization, -top, dense, inf_mass, pessimistic_estimate=True)
+    symmetric = pld_lib.PrivacyLossDistribution(pmf)
+    # The construction takes the positive-loss part from the remove direction, which dominates
+    # the add direction for ε ≥ 0 for the subsampled Gaussian. Check it rather than assume it:
+    # the result must be at least dp_accounting's max(remove, add) profile at every ε ≥ 0.
+    both = _two_direction_pld(z, q, discretization)
+    grid = np.linspace(0.0, max(top * discretization, discretization), 257)
+    ours, theirs = symmetric.get_delta_for_epsilon(grid), both.get_delta_for_epsilon(grid)
+    if np.any(ours < theirs * (1.0 - 1e-9) - 1e-15):
+        raise RuntimeError(  # pragma: no cover - would mean the add direction dominates
+            f"subsampled Gaussian (z={z}, q={q}): the add direction dominates somewhere; the "
+            "symmetrised PLD would under-report. Please report this."
+        )
+    mean = float(np.dot(np.arange(-top, top + 1) * discretization, dense))
+    return symmetric, mean
+
+
+def gaussian_pld(
+    mu: float, discretization: float = DEFAULT_DISCRETIZATION
+) -> pld_lib.PrivacyLossDistribution:
+    """dp_accounting PLD of a Gaussian PLD parameter ``mu`` (``N(mu, 2 mu)``).
+
+    Sensitivity 1 and ``σ = 1/√(2 mu)``, i.e. ``GaussianDpEvent(1/√(2 mu))`` under
+    ``ADD_OR_REMOVE_ONE`` (see the conventions in the module docstring).
+    """
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    m = check_positive(mu, "mu")
+    return pld_lib.from_gaussian_mechanism(
+        standard_deviation=1.0 / math.sqrt(2.0 * m),
+        sensitivity=1.0,
+        value_discretization_interval=discretization,
+    )
+
+
+def subsampled_gaussian_pld(
+    noise_multiplier: float,
+    sampling_ratio: float,
+    iterations: int,
+    *,
+    discretization: float = DEFAULT_DISCRETIZATION,
+) -> pld_lib.PrivacyLossDistribution:
+    """Composed PLD of ``iterations`` subsampled-Gaussian releases (see module docstring).
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        ``z = σ/Δ`` with ``Δ`` the substitute-relation sensitivity of the batch query.
+    sampling_ratio : float
+        ``q = b/n`` (batch drawn without replacement).
+    iterations : int
+        ``k ≥ 1``.
+    discretization : float
+        PLD loss grid (nats).
+
+    Returns
+    -------
+    dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution
+        Pessimistic PLD of ``C_q(G_{1/z})^{⊗k}``.
+    """
+    z, q = _check_zq(noise_multiplier, sampling_ratio)
+    k = check_int(iterations, "iterations", minimum=1)
+    h = check_positive(discretization, "discretization")
+    if q == 1.0:
+        return gaussian_pld(k / (2.0 * z * z), h)
+    base = _symmetric_pld(z, q, h)
+    return base if k == 1 else base.self_compose(k)
+
+
+def subsampled_gaussian_epsilon(
+    noise_multiplier: float,
+    sampling_ratio: float,
+    iterations: int,
+    delta: float,
+    *,
+    discretization: float = DEFAULT_DISCRETIZATION,
+) -> float:
+    """ε at ``delta`` after ``iterations`` subsampled-Gaussian releases (SPEC §3, §4.2).
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        ``z = σ/Δ`` (substitute-relation sensitivity ``Δ``; SPEC §2).
+    sampling_ratio : float
+        ``q = b/n``, batch drawn uniformly without replacement.
+    iterations : int
+        ``k ≥ 0``.
+    delta : float
+        Target δ in ``(0, 1)``.
+    discretization : float
+        PLD loss grid (nats); the result is an upper bound that tightens as it shrinks.
+
+    Returns
+    -------
+    float
+        ε (``q = 1`` uses the closed form of :func:`~pymc_dp.accounting.gaussian_epsilon`).
+    """
+    z, q = _check_zq(noise_multiplier, sampling_ratio)
+    k = check_int(iterations, "iterations", minimum=0)
+    d = check_delta(delta)
+    if k == 0:
+        return 0.0
+    if q == 1.0:
+        return float(gaussian_epsilon(d, k / (2.0 * z * z)))
+    pld = subsampled_gaussian_pld(z, q, k, discretization=discretization)
+    return max(0.0, float(pld.get_epsilon_for_delta(d)))
+
+
+def subsampled_gaussian_delta(
+    noise_multiplier: float,
+    sampling_ratio: float,
+    iterations: int,
+    epsilon: float,
+    *,
+    discretization: float = DEFAULT_DISCRETIZATION,
+) -> float:
+    """δ at ``epsilon`` after ``iterations`` subsampled-Gaussian releases (see module docs)."""
+    z, q = _check_zq(noise_multiplier, sampling_ratio)
+    k = check_int(iterations, "iterations", minimum=0)
+    eps = float(epsilon)
+    if not (math.isfinite(eps) and eps >= 0):
+        raise InvalidParameterError(f"epsilon must be finite and >= 0; got {epsilon!r}.")
+    if k == 0:
+        return 0.0
+    if q == 1.0:
+        return float(gaussian_delta(eps, k / (2.0 * z * z)))
+    pld = subsampled_gaussian_pld(z, q, k, discretization=discretization)
+    return float(pld.get_delta_for_epsilon(eps))
+
+
+def subsampled_gaussian_rdp(
+    orders: np.ndarray, noise_multiplier: float, sampling_ratio: float
+) -> np.ndarray:
+    """Per-iteration RDP of the subsampled Gaussian (WBK 2019 Thm 9, base ``α/(2z²)``).
+
+    Used only where a composition has to be done in RDP (together with DP Barker). Looser than
+    the PLD accounting above, and than WBK's Gaussian-specific Thm 27, but valid for the
+    substitute relation with sampling without replacement.
+
+    Parameters
+    ----------
+    orders : numpy.ndarray
+        Integer orders ``≥ 2``.
+    noise_multiplier, sampling_ratio : float
+        ``z`` and ``q``.
+    """
+    z, q = _check_zq(noise_multiplier, sampling_ratio)
+    orders = np.asarray(orders)
+    if q == 1.0:
+        return orders / (2.0 * z * z)
+    return wbk_subsampled_rdp(orders, lambda j: j / (2.0 * z * z), q)
