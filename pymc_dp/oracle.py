@@ -53,6 +53,7 @@ from pytensor.graph.traversal import ancestors
 from pytensor.tensor.type import continuous_dtypes
 from pytensor.tensor.variable import TensorConstant
 
+from pymc_dp._batching import unbatch_blockwise
 from pymc_dp.errors import (
     CoupledRowsError,
     InvalidParameterError,
@@ -471,6 +472,7 @@ class RowLikelihood:
             grads_one = pytensor.grad(ell_one, lik_vars) if lik_vars else []
             inputs = self._row_placeholders((None, 1))
             outs = vectorize_graph([ell_one, *grads_one], dict(zip(one, inputs, strict=True)))
+            outs = unbatch_blockwise(outs)
             ell, grads = outs[0], outs[1:]
             self._single_row_axis = True
         else:
@@ -502,27 +504,37 @@ class RowLikelihood:
         self._f_loglik = _compile([self._theta, *inputs], ell_theta)
 
         # Clipped gradient sum, SPEC §2: Σ_i g_i · min(1, b / ‖g_i‖), per value-variable block,
-        # joined into the raveled vector only at the end. ‖g_i‖² = Σ_blocks (g_i²) · 1 (a Gemv).
-        # Non-finite entries (numerical overflow in a model's gradient on an extreme row) are set
-        # to zero, so that every row still contributes at most b: a NaN must not reach a release.
-        blocks_theta = {
-            v: pt.switch(pt.isnan(g) | pt.isinf(g), 0.0, g) for v, g in blocks_theta.items()
-        }
+        # joined into the raveled vector only at the end. Blocks with several columns use
+        # matrix-vector products (‖g_i‖² = (g_i²)·1 and Σ_i s_i g_i = sᵀG); scalar parameters use
+        # elementwise ops, where a (m, 1) Gemv is an order of magnitude slower. (Variants that
+        # fuse everything into one loop measured slower: benchmarks/oracle.py.)
+        # Non-finite entries (overflow in a model's gradient on an extreme row) are set to zero,
+        # so every row still contributes at most b: no NaN reaches a release.
         bound = pt.scalar("grad_clip", dtype=floatX)
         m = ell_theta.shape[0]
+        sizes = {v: sl.stop - sl.start for v, sl, _ in self._slices}
+        columns = {v: pt.switch(pt.isnan(g) | pt.isinf(g), 0.0, g) for v, g in blocks_theta.items()}
+        columns = {v: g.reshape((m,)) if sizes[v] == 1 else g for v, g in columns.items()}
         sq_norm = pt.zeros((m,), dtype=floatX)
-        for g in blocks_theta.values():
-            sq_norm = sq_norm + pt.dot(pt.sqr(g), pt.ones((g.shape[1],), dtype=floatX))
-        scale = pt.minimum(1.0, bound / pt.sqrt(sq_norm))
+        for v, g in columns.items():
+            if sizes[v] == 1:
+                sq_norm = sq_norm + pt.sqr(g)
+            else:
+                sq_norm = sq_norm + pt.dot(pt.sqr(g), pt.ones((sizes[v],), dtype=floatX))
+        # min(1, b/‖g‖) = 2/(1 + u + |1 − u|) with u = ‖g‖/b: branch-free, unlike PyTensor's
+        # NaN-checking `minimum`, which mispredicts when many rows are clipped.
+        u = pt.sqrt(sq_norm) * pt.reciprocal(bound)
+        scale = 2.0 / (1.0 + u + pt.abs(1.0 - u))
         pieces = []
-        for v, sl, _ in self._slices:
-            size = sl.stop - sl.start
-            if v in blocks_theta:
-                pieces.append(pt.dot(scale, blocks_theta[v]))
-            else:  # the likelihood does not depend on v: its per-row gradient is zero
-                pieces.append(pt.zeros((size,), dtype=floatX))
+        for v, _, _ in self._slices:
+            if v not in columns:  # the likelihood does not depend on v: zero per-row gradient
+                pieces.append(pt.zeros((sizes[v],), dtype=floatX))
+            elif sizes[v] == 1:
+                pieces.append(pt.sum(scale * columns[v], keepdims=True))
+            else:
+                pieces.append(pt.dot(scale, columns[v]))
         total = pt.concatenate(pieces) if pieces else pt.zeros((0,), dtype=floatX)
-        n_clipped = pt.sum(sq_norm > pt.sqr(bound))
+        n_clipped = pt.sum(sq_norm > pt.sqr(bound))  # NOT private: diagnostics only
         self._f_grad = _compile([self._theta, *inputs, bound], [total, n_clipped])
 
         # Clipped log-likelihood-ratio sum, SPEC §2: Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B).

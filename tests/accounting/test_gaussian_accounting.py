@@ -62,7 +62,8 @@ def test_large_epsilon_and_tiny_delta_are_finite_and_accurate() -> None:
         mus = gaussian_capacity(eps, target)
         assert np.all(np.isfinite(mus)) and np.all(mus > 0)
         deltas = gaussian_delta(eps, mus)
-        np.testing.assert_allclose(deltas, target, rtol=1e-9)
+        # tight up to the 1e-9 relative safety margin on δ
+        np.testing.assert_allclose(deltas, target, rtol=2e-9)
         assert np.all(deltas <= target)
         for e, m in zip(eps, mus, strict=True):
             assert float(ref.delta(e, m)) == pytest.approx(target, rel=1e-8)
@@ -207,8 +208,11 @@ def test_epsilon_inverts_delta(eps: float, ratio: float) -> None:
     d = gaussian_delta(eps, mu)
     assume(1e-300 < d < 0.999)
     back = gaussian_epsilon(d, mu)
-    assert back == pytest.approx(eps, rel=1e-7, abs=1e-9)
-    assert gaussian_delta(back, mu) <= d
+    # conservative (never below the true ε, up to float noise) and tight in δ up to the 1e-9
+    # relative safety margin; in ε that margin is ~1e-7 relative where δ(ε) is flat
+    assert back >= eps * (1 - 1e-12)
+    assert back == pytest.approx(eps, rel=1e-6, abs=1e-9)
+    assert d * (1 - 3e-9) <= gaussian_delta(back, mu) <= d
 
 
 @settings(max_examples=150, deadline=None)

@@ -1,0 +1,142 @@
+"""Cost of the oracle's per-row quantities next to PyMC's own summed log-density and gradient.
+
+Prints, per model (n = 100 000 rows), milliseconds per call of
+
+* ``pymc logp+dlogp``: PyMC's compiled joint log-density and gradient, the function NUTS and
+  HamiltonianMC call once per leapfrog step (``model.logp_dlogp_function``);
+* ``pymc dlogp``: PyMC's gradient alone (for reference);
+* ``loglik rows``: the oracle's per-row log-likelihood vector;
+* ``clipped grad``: the oracle's clipped per-row gradient sum ``Σ_i clip_b(∇ℓ_i)``;
+
+and ``ratio = clipped grad / pymc logp+dlogp``. The last line, ``ratio <r>``, is the worst ratio
+over the models with a target (logistic regression, 2-d banana, Normal with HalfNormal scale);
+the hierarchical model with 50 group intercepts is printed without a target.
+
+Run: ``python benchmarks/oracle.py`` (add ``--n 20000`` for a quick look).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytensor
+
+from pymc_dp import RowLikelihood
+from pymc_dp.testing import Banana
+
+warnings.filterwarnings("ignore")
+
+
+def logistic(n: int, rng: np.random.Generator) -> pm.Model:
+    d = 10
+    X = rng.normal(size=(n, d))
+    y = rng.binomial(1, 1 / (1 + np.exp(-X @ rng.normal(size=d) * 0.3)))
+    with pm.Model() as model:
+        Xd = pm.Data("X", X)
+        beta = pm.Normal("beta", 0, 1, shape=d)
+        pm.Bernoulli("y", logit_p=Xd @ beta, observed=y)
+    return model
+
+
+def banana(n: int, rng: np.random.Generator) -> pm.Model:
+    spec = Banana(d=2, a=20.0)
+    return spec.model(spec.simulate(n, rng))
+
+
+def normal_halfnormal(n: int, rng: np.random.Generator) -> pm.Model:
+    y = 1.0 + 2.0 * rng.normal(size=n)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10)
+        sigma = pm.HalfNormal("sigma", 5)
+        pm.Normal("y", mu, sigma, observed=y)
+    return model
+
+
+def hierarchical(n: int, rng: np.random.Generator) -> pm.Model:
+    groups = 50
+    g = rng.integers(0, groups, n)
+    y = rng.normal(size=groups)[g] + rng.normal(size=n)
+    with pm.Model() as model:
+        idx = pm.Data("group_idx", g)
+        mu_a = pm.Normal("mu_a", 0, 1)
+        sigma_a = pm.HalfNormal("sigma_a", 1)
+        a = pm.Normal("a", mu_a, sigma_a, shape=groups)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", a[idx], sigma, observed=y)
+    return model
+
+
+MODELS = {
+    "logistic regression (d=10)": (logistic, True),
+    "banana (d=2)": (banana, True),
+    "normal, halfnormal scale": (normal_halfnormal, True),
+    "hierarchical, 50 groups": (hierarchical, False),
+}
+
+
+def ms_per_call(fn, min_seconds: float = 0.5, repeats: int = 5) -> float:
+    """Best over ``repeats`` of the mean time per call, each over at least ``min_seconds``."""
+    fn()
+    calls = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = time.perf_counter() - start
+        if elapsed > min_seconds / repeats:
+            break
+        calls *= 2
+    best = elapsed / calls
+    for _ in range(repeats - 1):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=100_000, help="rows (default 100 000)")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    print(
+        f"n = {args.n}, pytensor {pytensor.__version__}, pymc {pm.__version__}, "
+        f"linker {pytensor.config.linker}, blas ldflags {pytensor.config.blas__ldflags!r}"
+    )
+    header = (
+        f"{'model':30s} {'pymc logp+dlogp':>16s} {'pymc dlogp':>11s} "
+        f"{'loglik rows':>12s} {'clipped grad':>13s} {'ratio':>6s}  method"
+    )
+    print(header)
+    worst = 0.0
+    for name, (build, has_target) in MODELS.items():
+        model = build(args.n, rng)
+        oracle = RowLikelihood(model)
+        theta = oracle.ravel(model.initial_point()) + rng.normal(0, 0.1, oracle.ndim)
+        point = {**model.initial_point(), **oracle.unravel(theta)}
+        joint = model.logp_dlogp_function(ravel_inputs=True)
+        joint.set_extra_values({})
+        dlogp = model.compile_dlogp()
+        bound = float(np.median(np.linalg.norm(oracle.grad_rows(theta, slice(0, 1000)), axis=1)))
+        t_joint = ms_per_call(lambda: joint(theta))  # noqa: B023
+        t_dlogp = ms_per_call(lambda: dlogp(point))  # noqa: B023
+        t_rows = ms_per_call(lambda: oracle.loglik_rows(theta))  # noqa: B023
+        t_clip = ms_per_call(lambda: oracle.clipped_grad_sum(theta, bound))  # noqa: B023
+        ratio = t_clip / t_joint
+        if has_target:
+            worst = max(worst, ratio)
+        note = "" if has_target else "  (no target)"
+        print(
+            f"{name:30s} {t_joint:16.2f} {t_dlogp:11.2f} {t_rows:12.2f} {t_clip:13.2f} "
+            f"{ratio:6.2f}  {oracle.gradient_method}{note}"
+        )
+    print(f"ratio {worst:.2f}")
+
+
+if __name__ == "__main__":
+    main()
