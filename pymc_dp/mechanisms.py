@@ -1,0 +1,148 @@
+"""Gaussian mechanisms: turn the oracle's clipped sums into noisy, counted releases (SPEC §2).
+
+This is the only module that draws differential-privacy noise. Noise comes from a
+:class:`NoiseSource`, a generator of its own seeded from OS entropy by default and never from the
+user's ``random_seed`` (an adversary who knows the noise seed can subtract the noise). A fixed
+``noise_seed`` makes the noise reproducible for tests and research runs; that choice is recorded
+(:attr:`NoiseSource.reproducible`) so it can be reported with the release.
+
+Every release is counted in a :class:`ReleaseCounter`, so that tests and the step methods can check
+that what was released equals what the budget reserved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from pymc_dp.errors import InvalidParameterError
+from pymc_dp.oracle import RowLikelihood
+
+__all__ = ["NoiseSource", "Release", "ReleaseCounter", "release_grad", "release_llr"]
+
+
+class NoiseSource:
+    """A secret generator for DP noise and other secret choices (e.g. minibatch rows).
+
+    Parameters
+    ----------
+    seed : int or numpy.random.SeedSequence, optional
+        ``None`` (default): fresh OS entropy — the only private choice. An integer or seed
+        sequence makes the noise reproducible (tests, research), which :attr:`reproducible`
+        records.
+    """
+
+    def __init__(self, seed: int | np.random.SeedSequence | None = None) -> None:
+        self.reproducible = seed is not None
+        if isinstance(seed, np.random.SeedSequence):
+            self._seq = seed
+        else:
+            self._seq = np.random.SeedSequence(seed)
+        self.generator = np.random.Generator(np.random.PCG64(self._seq))
+
+    def spawn(self, n: int) -> list[NoiseSource]:
+        """Independent child sources (one per chain), reproducible iff this one is."""
+        children = []
+        for seq in self._seq.spawn(n):
+            child = NoiseSource(seq)
+            child.reproducible = self.reproducible
+            children.append(child)
+        return children
+
+    def normal(self, scale: float | np.ndarray, size: int | None = None) -> float | np.ndarray:
+        """Draw ``N(0, scale²)`` noise."""
+        return self.generator.normal(0.0, scale, size)
+
+    def __repr__(self) -> str:
+        kind = "reproducible (seeded)" if self.reproducible else "OS entropy"
+        return f"NoiseSource({kind})"
+
+
+@dataclass
+class ReleaseCounter:
+    """Counts Gaussian releases and their total PLD parameter ``mu`` (SPEC §2–§3)."""
+
+    llr_releases: int = 0
+    grad_releases: int = 0
+    mu: float = 0.0
+    _rows_read: list[int] = field(default_factory=list, repr=False)
+
+    def add(self, kind: str, noise_multiplier: float) -> None:
+        if kind == "llr":
+            self.llr_releases += 1
+        else:
+            self.grad_releases += 1
+        self.mu += 1.0 / (2.0 * noise_multiplier**2)
+
+
+class Release(NamedTuple):
+    """A noisy release and the standard deviation of the noise that was added.
+
+    ``n_clipped`` is NOT private (computed from the data without noise); a step method keeps it
+    only in its opt-in, non-private diagnostics channel.
+    """
+
+    value: float | np.ndarray
+    noise_std: float
+    n_clipped: int
+
+
+def _check_multiplier(z: float, name: str) -> float:
+    z = float(z)
+    if not (np.isfinite(z) and z > 0):
+        raise InvalidParameterError(f"{name} must be positive and finite, got {z}.")
+    return z
+
+
+def release_llr(
+    oracle: RowLikelihood,
+    noise: NoiseSource,
+    theta: np.ndarray,
+    theta_new: np.ndarray,
+    *,
+    llr_clip: float,
+    noise_multiplier: float,
+    temperature: float = 1.0,
+    counter: ReleaseCounter | None = None,
+) -> Release:
+    """Noisy tempered clipped log-likelihood-ratio sum (SPEC §2, §4.1 steps 2–3).
+
+    Releases ``T · R(θ, θ') + ξ`` with ``R = Σ_i clip(ℓ_i(θ') − ℓ_i(θ), ±B)``,
+    ``B = b_l ‖θ' − θ‖₂`` and ``ξ ~ N(0, σ²)``, ``σ = z · 2 T B`` (sensitivity ``2 T B`` under
+    substitution of one row). One Gaussian mechanism with PLD parameter ``1/(2z²)``.
+    """
+    z = _check_multiplier(noise_multiplier, "noise_multiplier")
+    bound = float(llr_clip) * float(np.linalg.norm(np.asarray(theta_new) - np.asarray(theta)))
+    if counter is not None:
+        counter.add("llr", z)
+    if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
+        return Release(0.0, 0.0, 0)
+    clipped = oracle.clipped_llr_sum(theta, theta_new, bound)
+    sigma = z * 2.0 * temperature * bound
+    return Release(temperature * clipped.value + noise.normal(sigma), sigma, clipped.n_clipped)
+
+
+def release_grad(
+    oracle: RowLikelihood,
+    noise: NoiseSource,
+    theta: np.ndarray,
+    *,
+    grad_clip: float,
+    noise_multiplier: float,
+    temperature: float = 1.0,
+    counter: ReleaseCounter | None = None,
+) -> Release:
+    """Noisy tempered clipped gradient sum ``T · (G(θ) + N(0, σ² I))``, ``σ = z · 2 b_g``.
+
+    SPEC §2 and §4.3. Sensitivity ``2 b_g`` under substitution of one row; one Gaussian
+    mechanism with PLD parameter ``1/(2z²)``.
+    """
+    z = _check_multiplier(noise_multiplier, "grad_noise_multiplier")
+    clipped = oracle.clipped_grad_sum(theta, grad_clip)
+    if counter is not None:
+        counter.add("grad", z)
+    sigma = z * 2.0 * float(grad_clip)
+    value = temperature * (clipped.value + noise.normal(sigma, clipped.value.shape[0]))
+    return Release(value, temperature * sigma, clipped.n_clipped)

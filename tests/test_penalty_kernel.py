@@ -1,0 +1,186 @@
+"""DP penalty kernel (SPEC §4.1) and the Gaussian mechanisms it uses.
+
+Exactness: with visible noise and no clipped ratio, the chain matches the closed-form posterior of
+the seeds' Gaussian model; without the −σ²/2 penalty (negative control) it does not.
+"""
+
+from __future__ import annotations
+
+from functools import cache, partial
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pymc_dp import RowLikelihood
+from pymc_dp.errors import InvalidParameterError
+from pymc_dp.kernels.penalty import PenaltyParams, PenaltyState, penalty_kernel, propose
+from pymc_dp.mechanisms import NoiseSource, Release, ReleaseCounter, release_llr
+from pymc_dp.testing import Banana
+
+SPEC = Banana(d=2, a=0.0)  # Gaussian model with known covariance (T§5.1)
+
+
+@cache
+def gaussian_setup():
+    data = SPEC.simulate(1000, np.random.default_rng(1))
+    oracle = RowLikelihood(SPEC.model(data))
+    mean, var = SPEC.posterior_params(data)
+    return oracle, mean, np.sqrt(var)
+
+
+def run_chain(params: PenaltyParams, iterations: int, seed: int = 2):
+    oracle, mean, _ = gaussian_setup()
+    rng = np.random.default_rng(seed)
+    counter = ReleaseCounter()
+    # llr_clip = 5 per unit jump: no ratio is clipped on this data (asserted below);
+    # z = 1.3 gives noise σ ≈ 1.4 on the log ratio: far from negligible.
+    release = partial(
+        release_llr,
+        oracle,
+        NoiseSource(seed + 1),
+        llr_clip=5.0,
+        noise_multiplier=1.3,
+        counter=counter,
+    )
+    state = PenaltyState(mean.copy(), oracle.logprior(mean), np.ones(2))
+    draws, accepted, clipped, sigmas = [], 0, 0, []
+    for _ in range(iterations):
+        state, info = penalty_kernel(state, params, rng, oracle.logprior, release)
+        draws.append(state.theta)
+        accepted += info.accepted
+        clipped += info.n_clipped
+        sigmas.append(info.noise_std)
+    assert counter.llr_releases == iterations
+    return np.array(draws)[iterations // 10 :], accepted / iterations, clipped, np.median(sigmas)
+
+
+def matches_posterior(draws: np.ndarray, thin: int) -> tuple[bool, list[float]]:
+    _, mean, sd = gaussian_setup()
+    pvalues = [
+        stats.kstest(draws[::thin, k], "norm", args=(mean[k], sd[k])).pvalue for k in range(2)
+    ]
+    return min(pvalues) > 0.01, pvalues
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("one_component", "guided"),
+    [(False, False), (True, False), (True, True)],
+    ids=["random_walk", "one_component", "guided"],
+)
+def test_penalty_chain_targets_the_exact_posterior(one_component, guided):
+    _, mean, sd = gaussian_setup()
+    params = PenaltyParams(sd * (1.0 if not one_component else 1.5), one_component, guided)
+    draws, acceptance, clipped, sigma = run_chain(params, 30_000)
+    assert clipped == 0  # the regime where the penalty method is exact
+    assert sigma > 0.5  # the noise is not negligible
+    assert 0.1 < acceptance < 0.9
+    ok, pvalues = matches_posterior(draws, thin=20)
+    assert ok, pvalues
+    np.testing.assert_allclose(draws.mean(0), mean, atol=0.1 * sd.max())
+    np.testing.assert_allclose(draws.var(0) / sd**2, 1.0, atol=0.15)
+
+
+@pytest.mark.slow
+def test_negative_control_without_the_penalty_term_is_wrong():
+    _, _, sd = gaussian_setup()
+    draws, _, clipped, _ = run_chain(PenaltyParams(sd, penalty=False), 30_000)
+    assert clipped == 0
+    ok, pvalues = matches_posterior(draws, thin=20)
+    assert not ok, pvalues
+    assert np.max(draws.var(0) / sd**2) > 1.3  # noise without the penalty inflates the variance
+
+
+def fixed_release(value: float):
+    return lambda theta, theta_new: Release(value, 0.0, 0)
+
+
+def test_one_component_updates_change_one_coordinate():
+    rng = np.random.default_rng(0)
+    state = PenaltyState(np.zeros(5), 0.0, np.ones(5))
+    params = PenaltyParams(np.ones(5), one_component=True)
+    for _ in range(50):
+        new, j = propose(state, params, rng)
+        changed = np.flatnonzero(new != state.theta)
+        assert list(changed) == [j]
+
+
+def test_guided_walk_flips_direction_on_reject_and_keeps_it_on_accept():
+    rng = np.random.default_rng(0)
+    params = PenaltyParams(np.ones(3), one_component=True, guided=True)
+    state = PenaltyState(np.zeros(3), 0.0, np.array([1.0, -1.0, 1.0]))
+    prior = lambda theta: 0.0  # noqa: E731
+    for _ in range(20):  # always accept: directions never change, moves follow them
+        new_state, info = penalty_kernel(state, params, rng, prior, fixed_release(1e9))
+        assert info.accepted
+        step = new_state.theta - state.theta
+        j = int(np.flatnonzero(step)[0])
+        assert np.sign(step[j]) == state.directions[j]
+        np.testing.assert_array_equal(new_state.directions, state.directions)
+        state = new_state
+    for _ in range(20):  # always reject: the moved coordinate's direction flips, nothing else
+        new_state, info = penalty_kernel(state, params, rng, prior, fixed_release(-1e9))
+        assert not info.accepted
+        np.testing.assert_array_equal(new_state.theta, state.theta)
+        flipped = np.flatnonzero(new_state.directions != state.directions)
+        assert len(flipped) == 1
+        state = new_state
+
+
+def test_llr_release_noise_scale_and_counting():
+    oracle, mean, _ = gaussian_setup()
+    counter = ReleaseCounter()
+    theta_new = mean + np.array([0.03, -0.04])  # jump 0.05
+    values = []
+    for seed in range(400):
+        r = release_llr(
+            oracle,
+            NoiseSource(seed),
+            mean,
+            theta_new,
+            llr_clip=5.0,
+            noise_multiplier=2.0,
+            temperature=0.5,
+            counter=counter,
+        )
+        assert r.noise_std == pytest.approx(2.0 * 2 * 0.5 * 5.0 * 0.05)  # z · 2 T b_l ‖Δθ‖
+        values.append(r.value)
+    exact = 0.5 * oracle.clipped_llr_sum(mean, theta_new, 0.25).value
+    assert abs(np.mean(values) - exact) < 4 * 0.5 / np.sqrt(400)
+    assert np.std(values) == pytest.approx(0.5, rel=0.15)
+    assert counter.llr_releases == 400 and counter.mu == pytest.approx(400 / (2 * 2.0**2))
+
+
+def test_zero_jump_reads_no_data_but_still_counts():
+    oracle, mean, _ = gaussian_setup()
+    counter = ReleaseCounter()
+    before = oracle.rows_read
+    r = release_llr(
+        oracle,
+        NoiseSource(0),
+        mean,
+        mean.copy(),
+        llr_clip=5.0,
+        noise_multiplier=1.0,
+        counter=counter,
+    )
+    assert r.value == 0.0 and oracle.rows_read == before and counter.llr_releases == 1
+
+
+def test_noise_policy():
+    oracle, mean, _ = gaussian_setup()
+    theta_new = mean + 0.05
+    draw = lambda source: (
+        release_llr(  # noqa: E731
+            oracle, source, mean, theta_new, llr_clip=5.0, noise_multiplier=1.0
+        ).value
+    )
+    assert draw(NoiseSource(7)) == draw(NoiseSource(7))  # a noise seed reproduces the noise
+    assert draw(NoiseSource()) != draw(NoiseSource())  # default: fresh OS entropy
+    assert not NoiseSource().reproducible and NoiseSource(7).reproducible
+    children = NoiseSource(7).spawn(2)
+    assert all(c.reproducible for c in children)
+    assert draw(children[0]) != draw(children[1])
+    with pytest.raises(InvalidParameterError, match="noise_multiplier must be positive"):
+        release_llr(oracle, NoiseSource(), mean, theta_new, llr_clip=1.0, noise_multiplier=0.0)
