@@ -16,6 +16,7 @@ from pymc_dp.errors import (
     PyMCDPError,
 )
 from pymc_dp.oracle import RowLikelihood
+from pymc_dp.step_methods import DPPenalty
 
 __version__ = "0.1.0.dev0"
 
@@ -23,6 +24,7 @@ __all__ = [
     "BarkerCost",
     "BudgetExceededError",
     "CoupledRowsError",
+    "DPPenalty",
     "GaussianCost",
     "InvalidParameterError",
     "LedgerError",

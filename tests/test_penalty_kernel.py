@@ -171,11 +171,12 @@ def test_zero_jump_reads_no_data_but_still_counts():
 def test_noise_policy():
     oracle, mean, _ = gaussian_setup()
     theta_new = mean + 0.05
-    draw = lambda source: (
-        release_llr(  # noqa: E731
+
+    def draw(source):
+        return release_llr(
             oracle, source, mean, theta_new, llr_clip=5.0, noise_multiplier=1.0
         ).value
-    )
+
     assert draw(NoiseSource(7)) == draw(NoiseSource(7))  # a noise seed reproduces the noise
     assert draw(NoiseSource()) != draw(NoiseSource())  # default: fresh OS entropy
     assert not NoiseSource().reproducible and NoiseSource(7).reproducible

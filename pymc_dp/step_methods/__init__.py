@@ -1,0 +1,5 @@
+"""PyMC step methods for the DP samplers."""
+
+from pymc_dp.step_methods.penalty import DPPenalty
+
+__all__ = ["DPPenalty"]

@@ -1,0 +1,201 @@
+"""What every DP step method shares: the oracle, the budget, the secret noise, per-chain state.
+
+A :class:`DPStep` is a PyMC ``BlockedStep``. PyMC 5 runs chains either sequentially with one step
+object (calling ``set_rng`` at each chain start) or in worker processes with cloudpickled copies
+(again calling ``set_rng`` first). Both paths go through :meth:`DPStep._setup_chain`, which resets
+the per-chain counters and draws a fresh secret noise source. Before its first read of the data a
+chain reserves its iterations from the budget's ledger (atomic across processes), so a chain that
+would overspend stops before reading anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from abc import abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+import pymc as pm
+from pymc.step_methods.compound import BlockedStep
+
+from pymc_dp.accounting import PrivacyBudget, gaussian_epsilon
+from pymc_dp.accounting.costs import PrivacyCost
+from pymc_dp.errors import BudgetExceededError, InvalidParameterError, PrivacyLeakError
+from pymc_dp.mechanisms import NoiseSource, ReleaseCounter
+from pymc_dp.oracle import RowLikelihood
+
+__all__ = ["DPStep"]
+
+# Iterations reserved at a time when no sampling plan was given (plain ``pm.sample``).
+_RESERVATION_BLOCK = 100
+
+
+class DPStep(BlockedStep):
+    """Base class of the DP step methods (not used directly)."""
+
+    default_blocked = True
+    stats_dtypes_shapes: ClassVar[dict] = {
+        "accepted": (bool, []),
+        "jump": (np.float64, []),
+        "mu_spent": (np.float64, []),
+        "epsilon_spent": (np.float64, []),
+    }
+
+    def __init__(
+        self,
+        vars: Any = None,
+        *,
+        budget: PrivacyBudget,
+        model: pm.Model | None = None,
+        noise_rng: int | None = None,
+        row_data: Any = None,
+        blocked: bool = True,
+        rng: Any = None,
+    ) -> None:
+        model = pm.modelcontext(model)
+        if not isinstance(budget, PrivacyBudget):
+            raise InvalidParameterError(
+                f"budget must be a pymc_dp.PrivacyBudget, got {type(budget).__name__}. Create "
+                "one with pymc_dp.PrivacyBudget(epsilon=..., delta=...)."
+            )
+        if not blocked:
+            raise InvalidParameterError(
+                f"{type(self).__name__} must update all variables together (blocked=True): one "
+                "step per variable would read the data once per variable."
+            )
+        value_vars = (
+            list(model.value_vars)
+            if vars is None
+            else [model.rvs_to_values.get(v, v) for v in vars]
+        )
+        missing = [v.name for v in model.value_vars if v not in value_vars]
+        if missing:
+            raise PrivacyLeakError(
+                f"{type(self).__name__} must sample every free variable, but {missing} are not in "
+                "vars: pm.sample would give them to NUTS or Metropolis, which read the raw data "
+                "without noise. Leave vars=None (all free variables)."
+            )
+        self.oracle = RowLikelihood(model, value_vars, row_data=row_data)
+        self.vars = list(self.oracle.value_vars)
+        self.budget = budget
+        self.noise_reproducible = noise_rng is not None
+        self._noise_seed = noise_rng
+        self._planned_iterations: int | None = None
+        self.tune = False
+        self.rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+        self._setup_chain()
+
+    # ---------------------------------------------------------------- what subclasses provide
+
+    @property
+    @abstractmethod
+    def cost(self) -> PrivacyCost:
+        """Privacy cost of one iteration."""
+
+    @abstractmethod
+    def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        """One iteration from θ: the new θ and the subclass's stats (``accepted``, ``jump``)."""
+
+    def _reset_adaptation(self) -> None:
+        """Reset per-chain adaptation state (subclasses with tuning override)."""
+
+    # ---------------------------------------------------------------- planning
+
+    def sampling_kwargs(self, chains: int = 4, tune_fraction: float = 0.5) -> dict[str, int]:
+        """``draws``, ``tune`` and ``chains`` for ``pm.sample`` that spend exactly this budget.
+
+        Every chain reads the same data, so chains compose; tuning iterations count like any
+        other. The per-chain allowance is ``budget.iterations_per_chain(cost, chains)``, split
+        ``tune = ⌊tune_fraction · allowance⌋``, ``draws = allowance − tune``. Each chain then
+        reserves exactly ``tune + draws`` iterations at its first step.
+        """
+        if not 0 <= tune_fraction < 1:
+            raise InvalidParameterError(f"tune_fraction must be in [0, 1), got {tune_fraction}.")
+        per_chain = self.budget.iterations_per_chain(self.cost, chains)
+        tune = math.floor(tune_fraction * per_chain)
+        if per_chain - tune < 1:
+            raise BudgetExceededError(
+                f"The budget allows {per_chain} iterations per chain for {chains} chains, too few "
+                "to draw after tuning: use fewer chains, more noise, or a larger budget."
+            )
+        self._planned_iterations = per_chain
+        return {"draws": per_chain - tune, "tune": tune, "chains": chains}
+
+    # ---------------------------------------------------------------- per-chain lifecycle
+
+    def set_rng(self, rng: Any) -> None:
+        """PyMC 5 calls this at the start of every chain: reset the per-chain state."""
+        super().set_rng(rng)
+        self._setup_chain()
+
+    def setup_chain(self, rng: Any, tune: int, draws: int) -> None:  # PyMC 6 API
+        super().set_rng(rng)
+        self._planned_iterations = int(tune) + int(draws)
+        self._setup_chain()
+
+    def _setup_chain(self) -> None:
+        if self._noise_seed is None:
+            self.noise = NoiseSource()  # fresh OS entropy: never derived from random_seed
+        else:
+            # Reproducible noise (tests, research): the noise seed mixed with a digest of this
+            # chain's public generator state, so that chains get different noise.
+            digest = hashlib.sha256(repr(self.rng.bit_generator.state).encode()).digest()
+            words = np.frombuffer(digest, dtype=np.uint32).tolist()
+            self.noise = NoiseSource(np.random.SeedSequence([int(self._noise_seed), *words]))
+        self.counter = ReleaseCounter()
+        self._reservation = None
+        self._reserved = 0
+        self._iteration = 0
+        self._reset_adaptation()
+
+    def _reserve(self) -> None:
+        """Reserve iterations before reading data (atomic across processes)."""
+        wanted = self._planned_iterations or _RESERVATION_BLOCK
+        if self._planned_iterations is None:
+            wanted = min(wanted, self.budget.iterations(self.cost))
+        if wanted < 1:
+            raise BudgetExceededError(
+                f"The privacy budget is spent after {self._iteration} iterations of this chain; "
+                "no data was read for this one. Plan the run with "
+                f"step.sampling_kwargs(chains=...) (here: {self._allowance_hint()})."
+            )
+        self._reservation = self.budget.reserve(self.cost, wanted, mechanism=type(self).__name__)
+        self._reserved += wanted
+
+    def _allowance_hint(self) -> str:
+        total = self.budget.iterations(self.cost) + self._reserved
+        return f"{total} more iterations fit in the budget over all chains"
+
+    # ---------------------------------------------------------------- PyMC step
+
+    def step(self, point: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[dict]]:
+        if self._iteration >= self._reserved:
+            if self._planned_iterations is not None and self._reserved > 0:
+                raise BudgetExceededError(
+                    f"This chain reserved {self._reserved} iterations (tune + draws) and was asked "
+                    "for more; nothing more was read. Use the draws/tune of "
+                    "step.sampling_kwargs(chains=...)."
+                )
+            self._reserve()
+        theta = self.oracle.ravel(point)
+        new_theta, stats = self._iterate(theta)
+        self._iteration += 1
+        self._reservation.spend(1)
+        mu = self.counter.mu
+        stats["mu_spent"] = mu
+        stats["epsilon_spent"] = float(gaussian_epsilon(self.budget.delta, mu)) if mu > 0 else 0.0
+        return {**point, **self.oracle.unravel(new_theta)}, [stats]
+
+    def privacy_metadata(self) -> dict[str, Any]:
+        """A flat dict of scalars and strings: mechanism, parameters, budget, n, what was spent."""
+        return {
+            "dp_step": type(self).__name__,
+            "dp_epsilon": self.budget.epsilon,
+            "dp_delta": self.budget.delta,
+            "dp_neighbouring_relation": "substitute one row",
+            "dp_n_rows": self.oracle.n_rows,
+            "dp_noise_reproducible": int(self.noise_reproducible),
+            "dp_iterations_this_chain": self._iteration,
+            "dp_mu_this_chain": self.counter.mu,
+        }
