@@ -12,7 +12,7 @@ that what was released equals what the budget reserved.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -67,7 +67,6 @@ class ReleaseCounter:
     llr_releases: int = 0
     grad_releases: int = 0
     mu: float = 0.0
-    _rows_read: list[int] = field(default_factory=list, repr=False)
 
     def add(self, kind: str, noise_multiplier: float) -> None:
         if kind == "llr":
