@@ -182,7 +182,6 @@ class RowLikelihood:
         self._prior_terms = prior_terms
 
         self._setup_parameter_space()
-        self.ndim = self._ndim
         if chunk_size is None:
             chunk_size = max(_MIN_CHUNK, _CHUNK_BYTES // (8 * max(self.ndim, 1)))
         if int(chunk_size) < 1:
@@ -415,7 +414,7 @@ class RowLikelihood:
             self._slices.append((v, sl, shape))
             replacements[v] = self._theta[sl].reshape(shape).astype(v.dtype)
             start += size
-        self._ndim = start
+        self.ndim = start
         self._fixed: dict[str, SharedVariable] = {}
         for v in model.value_vars:
             if v not in replacements:

@@ -83,7 +83,7 @@ class DPStep(BlockedStep):
         self._noise_seed = noise_rng
         self._planned_iterations: int | None = None
         self.tune = False
-        self.rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+        self.rng = np.random.default_rng(rng)  # a Generator passes through unchanged
         self._setup_chain()
 
     # ---------------------------------------------------------------- what subclasses provide

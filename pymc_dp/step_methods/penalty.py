@@ -92,9 +92,6 @@ class DPPenalty(DPStep):
         self.guided = bool(guided)
         default_target = _TARGET_OCU if self.one_component else _TARGET_RW
         self.target_accept = float(target_accept or default_target)
-        self._tau = tau
-        self._noise_multiplier_arg = noise_multiplier
-        self._proposal_scale_arg = proposal_scale
         super().__init__(
             vars,
             budget=budget,
@@ -121,10 +118,16 @@ class DPPenalty(DPStep):
         self._window_accepts = 0
         self._windows = 0
         self._directions = np.ones(self.oracle.ndim)
+        self._last_logprior: tuple[np.ndarray, float] | None = None  # (θ, log p(θ)) of last state
 
     def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         oracle = self.oracle
-        state = PenaltyState(theta, oracle.logprior(theta), self._directions)
+        cached = self._last_logprior
+        if cached is not None and np.array_equal(cached[0], theta):
+            logprior = cached[1]
+        else:
+            logprior = oracle.logprior(theta)
+        state = PenaltyState(theta, logprior, self._directions)
         params = PenaltyParams(self.proposal_scale * self._scaling, self.one_component, self.guided)
         release = partial(
             release_llr,
@@ -137,6 +140,7 @@ class DPPenalty(DPStep):
         )
         new_state, info = penalty_kernel(state, params, self.rng, oracle.logprior, release)
         self._directions = new_state.directions
+        self._last_logprior = (new_state.theta, new_state.logprior)
         if self.tune:
             self._adapt(info.accepted)
         return new_state.theta, {"accepted": info.accepted, "jump": info.jump}
