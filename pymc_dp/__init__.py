@@ -16,11 +16,12 @@ from pymc_dp.errors import (
     PyMCDPError,
 )
 from pymc_dp.oracle import RowLikelihood
-from pymc_dp.step_methods import DPPenalty
+from pymc_dp.step_methods import DPHMC, DPPenalty
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "DPHMC",
     "BarkerCost",
     "BudgetExceededError",
     "CoupledRowsError",

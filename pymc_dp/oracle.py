@@ -189,6 +189,7 @@ class RowLikelihood:
         self.chunk_size = int(chunk_size)
         self.rows_read = 0  # rows passed to compiled likelihood functions (instrumentation)
         self.calls = 0
+        self._loglik_cache: list[tuple[bytes, np.ndarray]] = []
 
         self._compile_prior()
         methods = ["vectorize", "jacobian"] if gradient_method == "auto" else [gradient_method]
@@ -616,6 +617,7 @@ class RowLikelihood:
         state = self.__dict__.copy()
         for key in ("model", "_lik_terms", "_prior_terms", "_theta_replacements"):
             state[key] = None
+        state["_loglik_cache"] = []
         return state
 
     # ------------------------------------------------------------------ parameter vector
@@ -635,6 +637,7 @@ class RowLikelihood:
         for name, shared in self._fixed.items():
             if name in point:
                 shared.set_value(np.asarray(point[name], dtype=shared.dtype))
+        self._loglik_cache = []  # per-row values depend on the fixed values
 
     # ------------------------------------------------------------------ public (no data)
 
@@ -692,6 +695,16 @@ class RowLikelihood:
         """
         bound = self._check_bound(llr_clip, "llr_clip")
         theta, theta_new = self._as_theta(theta), self._as_theta(theta_new)
+        if rows is None:
+            # Over all rows, a Metropolis chain asks for the ratio from the current state, which
+            # was the previous proposal or its origin: keep the last two per-row vectors, so an
+            # iteration evaluates the likelihood once instead of twice.
+            current = self._cached_loglik(theta)
+            ratio = self._cached_loglik(theta_new) - current
+            over = np.abs(ratio) > bound
+            # An undefined ratio (both terms infinite) counts as −B: bounded, against the move.
+            ratio = np.clip(np.where(np.isnan(ratio), -bound, ratio), -bound, bound)
+            return ClippedSum(float(ratio.sum()), int(over.sum()))
         total = 0.0
         clipped = 0
         for chunk in self._chunks(rows, True):
@@ -699,6 +712,15 @@ class RowLikelihood:
             total += float(value)
             clipped += int(count)
         return ClippedSum(total, clipped)
+
+    def _cached_loglik(self, theta: np.ndarray) -> np.ndarray:
+        """``loglik_rows(θ)`` over all rows, remembering the two θ used last (never released)."""
+        key = theta.tobytes()
+        hits = [entry for entry in self._loglik_cache if entry[0] == key]
+        entry = hits[0] if hits else (key, self.loglik_rows(theta))
+        others = [e for e in self._loglik_cache if e[0] != key]
+        self._loglik_cache = [*others[-1:], entry]
+        return entry[1]
 
     def grad_sum(
         self, theta: np.ndarray, rows: np.ndarray | slice | None = None, *, _count: bool = True

@@ -106,6 +106,33 @@ def test_clipped_sums_match_brute_force(name):
     assert result.n_clipped == int(np.sum(np.abs(ratios) > llr_bound))
 
 
+def test_llr_over_all_rows_reuses_the_current_state_and_matches_the_compiled_ratio():
+    oracle = RowLikelihood(MODELS["logistic"](n=2000), chunk_size=300)
+    everything = np.arange(oracle.n_rows)  # a row subset takes the compiled, uncached path
+    rng = np.random.default_rng(21)
+    theta = random_theta(oracle, seed=22)
+    for i in range(6):  # a Metropolis chain: accept some proposals, reject others
+        theta_new = theta + rng.normal(0, 0.05, oracle.ndim)
+        before = oracle.calls
+        fast = oracle.clipped_llr_sum(theta, theta_new, 0.02)
+        assert oracle.calls - before == (2 if i == 0 else 1)  # after the start, only θ' is new
+        slow = oracle.clipped_llr_sum(theta, theta_new, 0.02, rows=everything)
+        np.testing.assert_allclose(fast.value, slow.value, rtol=1e-10)
+        assert fast.n_clipped == slow.n_clipped > 0
+        theta = theta_new if rng.uniform() < 0.5 else theta
+
+
+def test_llr_cache_follows_the_fixed_values():
+    model = MODELS["linear_halfnormal"]()
+    oracle = RowLikelihood(model, vars=["a", "b"])
+    theta, theta_new = np.array([0.3, 1.5]), np.array([0.35, 1.45])
+    for sigma in (0.7, 2.0):
+        oracle.set_fixed_values({"sigma_log__": np.log(sigma)})
+        expected = oracle.loglik_rows(theta_new) - oracle.loglik_rows(theta)
+        result = oracle.clipped_llr_sum(theta, theta_new, 1e6)
+        np.testing.assert_allclose(result.value, expected.sum(), rtol=1e-10)
+
+
 def test_subsets_and_chunks_read_only_what_they_need():
     oracle = RowLikelihood(MODELS["logistic"](n=1000), chunk_size=64)
     theta = random_theta(oracle, seed=15)

@@ -25,7 +25,7 @@ from pymc_dp.errors import BudgetExceededError, InvalidParameterError, PrivacyLe
 from pymc_dp.mechanisms import NoiseSource, ReleaseCounter
 from pymc_dp.oracle import RowLikelihood
 
-__all__ = ["DPStep"]
+__all__ = ["DPStep", "check_temperature", "positive_float"]
 
 # Iterations reserved at a time when no sampling plan was given (plain ``pm.sample``).
 _RESERVATION_BLOCK = 100
@@ -82,7 +82,9 @@ class DPStep(BlockedStep):
         self.noise_reproducible = noise_rng is not None
         self._noise_seed = noise_rng
         self._planned_iterations: int | None = None
-        self.tune = False
+        self._planned_tune: int | None = None
+        # True until PyMC calls stop_tuning (worker processes get a copy and no other signal)
+        self.tune = True
         self.rng = np.random.default_rng(rng)  # a Generator passes through unchanged
         self._setup_chain()
 
@@ -120,6 +122,7 @@ class DPStep(BlockedStep):
                 "to draw after tuning: use fewer chains, more noise, or a larger budget."
             )
         self._planned_iterations = per_chain
+        self._planned_tune = tune
         return {"draws": per_chain - tune, "tune": tune, "chains": chains}
 
     # ---------------------------------------------------------------- per-chain lifecycle
@@ -132,6 +135,8 @@ class DPStep(BlockedStep):
     def setup_chain(self, rng: Any, tune: int, draws: int) -> None:  # PyMC 6 API
         super().set_rng(rng)
         self._planned_iterations = int(tune) + int(draws)
+        self._planned_tune = int(tune)
+        self.tune = int(tune) > 0
         self._setup_chain()
 
     def _setup_chain(self) -> None:
@@ -182,7 +187,9 @@ class DPStep(BlockedStep):
         new_theta, stats = self._iterate(theta)
         self._iteration += 1
         self._reservation.spend(1)
-        mu = self.counter.mu
+        # What the accountant charges this chain: every iteration costs its full μ, even one
+        # that made fewer releases (a diverging DP-HMC trajectory stops early).
+        mu = self._iteration * self.cost.mu
         stats["mu_spent"] = mu
         stats["epsilon_spent"] = float(gaussian_epsilon(self.budget.delta, mu)) if mu > 0 else 0.0
         return {**point, **self.oracle.unravel(new_theta)}, [stats]
@@ -197,5 +204,22 @@ class DPStep(BlockedStep):
             "dp_n_rows": self.oracle.n_rows,
             "dp_noise_reproducible": int(self.noise_reproducible),
             "dp_iterations_this_chain": self._iteration,
-            "dp_mu_this_chain": self.counter.mu,
+            "dp_mu_this_chain": self._iteration * self.cost.mu,
         }
+
+
+def positive_float(value: Any, name: str) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{name} must be a positive number, got {value!r}.") from None
+    if not (np.isfinite(value) and value > 0):
+        raise InvalidParameterError(f"{name} must be positive and finite, got {value}.")
+    return value
+
+
+def check_temperature(temperature: Any) -> float:
+    """``T ∈ (0, 1]``: the likelihood is tempered, the privacy guarantee is unchanged."""
+    if not 0 < float(temperature) <= 1:
+        raise InvalidParameterError(f"temperature must be in (0, 1], got {temperature}.")
+    return float(temperature)

@@ -11,13 +11,17 @@ from pymc_dp.accounting import GaussianCost
 from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.penalty import PenaltyParams, PenaltyState, penalty_kernel
 from pymc_dp.mechanisms import release_llr
-from pymc_dp.step_methods.base import DPStep
+from pymc_dp.step_methods.base import DPStep, check_temperature, positive_float
 
 __all__ = ["DPPenalty"]
 
-# Adaptation window (iterations) and targets: the optimal acceptance rates of random-walk
-# Metropolis in many dimensions (0.234) and of one-dimensional updates (0.44).
-_TUNE_INTERVAL = 50
+# Acceptance-rate targets: the optimal rates of random-walk Metropolis in many dimensions (0.234)
+# and of one-dimensional updates (0.44). Tuning is a Robbins–Monro recursion on the log scale,
+# ``log s ← log s + c (a_t − target) t^(−0.6)``, driven by the acceptance flags ``a_t``: a large
+# early gain, so that a chain started far from the posterior grows or shrinks its steps within
+# tens of iterations (the budget rarely allows more than a few hundred), vanishing later.
+_ADAPT_GAIN = 3.0
+_ADAPT_DECAY = 0.6
 _TARGET_RW = 0.234
 _TARGET_OCU = 0.44
 
@@ -84,10 +88,8 @@ class DPPenalty(DPStep):
                 "Give exactly one of noise_multiplier (z = σ/Δ) and tau (the seeds' form, "
                 "z = τ·√n)."
             )
-        self.llr_clip = _positive(llr_clip, "llr_clip")
-        if not 0 < float(temperature) <= 1:
-            raise InvalidParameterError(f"temperature must be in (0, 1], got {temperature}.")
-        self.temperature = float(temperature)
+        self.llr_clip = positive_float(llr_clip, "llr_clip")
+        self.temperature = check_temperature(temperature)
         self.one_component = bool(one_component or guided)
         self.guided = bool(guided)
         default_target = _TARGET_OCU if self.one_component else _TARGET_RW
@@ -102,8 +104,8 @@ class DPPenalty(DPStep):
             rng=rng,
         )
         n = self.oracle.n_rows
-        z = noise_multiplier if tau is None else _positive(tau, "tau") * np.sqrt(n)
-        self.noise_multiplier = _positive(z, "noise_multiplier")
+        z = noise_multiplier if tau is None else positive_float(tau, "tau") * np.sqrt(n)
+        self.noise_multiplier = positive_float(z, "noise_multiplier")
         scale = np.broadcast_to(np.asarray(proposal_scale, dtype=float), (self.oracle.ndim,))
         if not np.all(np.isfinite(scale) & (scale > 0)):
             raise InvalidParameterError("proposal_scale must be positive and finite.")
@@ -114,9 +116,8 @@ class DPPenalty(DPStep):
         return GaussianCost.from_noise_multiplier(self.noise_multiplier)
 
     def _reset_adaptation(self) -> None:
-        self._scaling = 1.0
-        self._window_accepts = 0
-        self._windows = 0
+        self._log_scaling = 0.0
+        self._tune_steps = 0
         self._directions = np.ones(self.oracle.ndim)
         self._last_logprior: tuple[np.ndarray, float] | None = None  # (θ, log p(θ)) of last state
 
@@ -128,7 +129,9 @@ class DPPenalty(DPStep):
         else:
             logprior = oracle.logprior(theta)
         state = PenaltyState(theta, logprior, self._directions)
-        params = PenaltyParams(self.proposal_scale * self._scaling, self.one_component, self.guided)
+        params = PenaltyParams(
+            self.proposal_scale * np.exp(self._log_scaling), self.one_component, self.guided
+        )
         release = partial(
             release_llr,
             oracle,
@@ -146,13 +149,13 @@ class DPPenalty(DPStep):
         return new_state.theta, {"accepted": info.accepted, "jump": info.jump}
 
     def _adapt(self, accepted: bool) -> None:
-        """Scale the proposal toward ``target_accept`` from acceptance flags (released: free)."""
-        self._window_accepts += accepted
-        if self._iteration % _TUNE_INTERVAL == _TUNE_INTERVAL - 1:
-            rate = self._window_accepts / _TUNE_INTERVAL
-            self._windows += 1
-            self._scaling *= float(np.exp((rate - self.target_accept) * 4 / np.sqrt(self._windows)))
-            self._window_accepts = 0
+        """Scale the proposal toward ``target_accept`` from acceptance flags (released: free).
+
+        A per-iteration Robbins–Monro step on the log scale with gain ``3 t^(−0.6)``.
+        """
+        self._tune_steps += 1
+        gain = _ADAPT_GAIN * self._tune_steps**-_ADAPT_DECAY
+        self._log_scaling += (float(accepted) - self.target_accept) * gain
 
     def privacy_metadata(self) -> dict[str, Any]:
         meta = super().privacy_metadata()
@@ -165,13 +168,3 @@ class DPPenalty(DPStep):
             dp_mu_per_iteration=self.cost.mu,
         )
         return meta
-
-
-def _positive(value: Any, name: str) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise InvalidParameterError(f"{name} must be a positive number, got {value!r}.") from None
-    if not (np.isfinite(value) and value > 0):
-        raise InvalidParameterError(f"{name} must be positive and finite, got {value}.")
-    return value

@@ -1,0 +1,116 @@
+"""DP HMC: one iteration of SPEC §4.3 (Räisä, Koskela & Honkela; thesis Algorithm 4).
+
+From ``θ``, with step size ``η``, ``L`` leapfrog steps and diagonal mass ``M``:
+
+1. ``p₀ ~ N(0, M)``;
+2. leapfrog with a fresh noisy gradient at every position, ``L + 1`` releases in all:
+   ``p ← p + (η/2) g̃(θ₀)``; for ``j = 1..L``: ``θ ← θ + η M⁻¹ p``, ``p ← p + η g̃(θ)``
+   (``η/2`` on the last step), where ``g̃(θ) = T · (G(θ) + N(0, σ_g² I)) + ∇ log p(θ)``;
+3. ``ΔH = T · R(θ, θ') + log p(θ') − log p(θ) + ½ p₀ᵀM⁻¹p₀ − ½ p'ᵀM⁻¹p'``;
+4. the mechanism releases ``T · R + ξ``, ``ξ ~ N(0, σ_l²)``, ``σ_l = z_l · 2 T b_l ‖θ' − θ‖₂``;
+   accept iff ``log U < ΔH + ξ − σ_l²/2``.
+
+The noisy leapfrog is still reversible and volume-preserving (the noise is fresh and independent
+of the direction of travel), so with the ``−σ_l²/2`` penalty the chain targets the exact
+posterior when no log-likelihood ratio is clipped; gradient clipping and gradient noise only
+lower the acceptance rate (paper Thm 3.3–3.4).
+
+A trajectory whose position or momentum becomes non-finite stops there and is rejected as a
+*divergence*; so is one whose released ``ΔH + ξ`` is below ``−DIVERGENCE_THRESHOLD`` (PyMC's
+``Emax``). Both decisions use released values only; the releases made before stopping are
+still spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from pymc_dp.mechanisms import Release
+
+__all__ = ["DIVERGENCE_THRESHOLD", "HMCInfo", "HMCParams", "HMCState", "hmc_kernel", "leapfrog"]
+
+#: A released energy change below ``−DIVERGENCE_THRESHOLD`` counts as a divergence (as PyMC).
+DIVERGENCE_THRESHOLD = 1000.0
+
+
+class HMCState(NamedTuple):
+    """Chain state: position and its (public) log-prior."""
+
+    theta: np.ndarray
+    logprior: float
+
+
+class HMCParams(NamedTuple):
+    step_size: float  # η for this iteration (after any jitter)
+    n_steps: int  # L
+    inv_mass: np.ndarray  # diagonal of M⁻¹
+    penalty: bool = True  # False only for the negative control in tests
+
+
+class HMCInfo(NamedTuple):
+    accepted: bool
+    jump: float  # ‖θ' − θ‖₂ of the proposal (0 after a divergence)
+    diverging: bool
+    grad_releases: int  # gradient releases made (L + 1 unless the trajectory diverged)
+    noise_std: float  # σ_l of the released ratio (0 if none was made)
+
+
+def leapfrog(
+    theta: np.ndarray,
+    momentum: np.ndarray,
+    params: HMCParams,
+    noisy_grad: Callable[[np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, int, bool]:
+    """Step 2: ``L`` leapfrog steps with ``L + 1`` noisy gradients.
+
+    Returns ``(θ', p', gradient evaluations, finite)``; stops at the first non-finite position
+    or momentum (no further gradient is evaluated).
+    """
+    eta, steps, inv_mass = params.step_size, params.n_steps, params.inv_mass
+    momentum = momentum + 0.5 * eta * noisy_grad(theta)
+    evaluations = 1
+    for j in range(1, steps + 1):
+        theta = theta + eta * inv_mass * momentum
+        if not np.all(np.isfinite(theta)):
+            return theta, momentum, evaluations, False
+        grad = noisy_grad(theta)
+        evaluations += 1
+        momentum = momentum + (eta if j < steps else 0.5 * eta) * grad
+        if not np.all(np.isfinite(momentum)):
+            return theta, momentum, evaluations, False
+    return theta, momentum, evaluations, True
+
+
+def hmc_kernel(
+    state: HMCState,
+    params: HMCParams,
+    rng: np.random.Generator,
+    logprior: Callable[[np.ndarray], float],
+    noisy_grad: Callable[[np.ndarray], np.ndarray],
+    release_llr: Callable[[np.ndarray, np.ndarray], Release],
+) -> tuple[HMCState, HMCInfo]:
+    """One DP-HMC iteration (SPEC §4.3). ``rng`` draws the momentum and ``U`` (public).
+
+    ``noisy_grad(θ)`` must return ``g̃(θ)`` (one fresh gradient release plus the prior's
+    gradient); ``release_llr(θ, θ')`` the noisy tempered clipped ratio. Nothing else reads data.
+    """
+    inv_mass = params.inv_mass
+    p0 = rng.standard_normal(state.theta.shape[0]) / np.sqrt(inv_mass)
+    theta_new, p_new, evaluations, finite = leapfrog(state.theta, p0, params, noisy_grad)
+    logprior_new = logprior(theta_new) if finite else -np.inf
+    if not np.isfinite(logprior_new):  # diverged: reject without releasing the ratio
+        return state, HMCInfo(False, 0.0, True, evaluations, 0.0)
+    released = release_llr(state.theta, theta_new)  # T·R + ξ, the only data-dependent number
+    kinetic_change = 0.5 * np.sum(inv_mass * p0**2) - 0.5 * np.sum(inv_mass * p_new**2)
+    energy_change = released.value + logprior_new - state.logprior + kinetic_change  # ΔH + ξ
+    diverging = not energy_change > -DIVERGENCE_THRESHOLD  # also NaN
+    log_ratio = energy_change - (0.5 * released.noise_std**2 if params.penalty else 0.0)
+    accepted = bool(not diverging and np.log(rng.uniform()) < log_ratio)
+    jump = float(np.linalg.norm(theta_new - state.theta))
+    info = HMCInfo(accepted, jump, diverging, evaluations, released.noise_std)
+    if accepted:
+        return HMCState(theta_new, logprior_new), info
+    return state, info
