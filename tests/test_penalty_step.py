@@ -152,3 +152,22 @@ def test_tau_is_the_seeds_parametrisation():
     with SPEC.model(data()):
         seeds = DPPenalty(budget=step.budget, llr_clip=5.0, tau=0.1)
     assert seeds.noise_multiplier == pytest.approx(0.1 * np.sqrt(500))
+
+
+def test_discrete_or_observed_vars_and_rejected_models_get_clear_errors():
+    budget = pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-6)
+    with pm.Model() as model:
+        k = pm.Poisson("k", 3)
+        mu = pm.Normal("mu")
+        pm.Normal("y", mu + k, 1, observed=np.arange(5.0))
+        with pytest.raises(pymc_dp.ModelNotSupportedError, match=r"'k' is discrete.*Marginalise"):
+            DPPenalty([mu, k], budget=budget, llr_clip=1.0, noise_multiplier=1.0)
+        with pytest.raises(InvalidParameterError, match="'y' is not a free variable"):
+            DPPenalty([model["y"], mu, k], budget=budget, llr_clip=1.0, noise_multiplier=1.0)
+    with pm.Model():  # a potential that reads the row data: the oracle refuses the model
+        x = np.arange(6.0)
+        mu = pm.Normal("mu")
+        pm.Normal("y", mu, 1, observed=x)
+        pm.Potential("leak", pm.math.sum(pm.math.as_tensor(x) * mu))
+        with pytest.raises(pymc_dp.PyMCDPError, match="Potential"):
+            DPPenalty(budget=budget, llr_clip=1.0, noise_multiplier=1.0)
