@@ -16,6 +16,8 @@ from pymc_dp.errors import (
     PyMCDPError,
 )
 from pymc_dp.oracle import RowLikelihood
+from pymc_dp.report import attach_privacy_metadata, privacy_report
+from pymc_dp.sampling import plan_iterations, sample
 from pymc_dp.step_methods import DPHMC, DPPenalty
 
 __version__ = "0.1.0.dev0"
@@ -36,4 +38,8 @@ __all__ = [
     "RowLikelihood",
     "SubsampledGaussianCost",
     "__version__",
+    "attach_privacy_metadata",
+    "plan_iterations",
+    "privacy_report",
+    "sample",
 ]

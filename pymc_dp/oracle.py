@@ -637,7 +637,11 @@ class RowLikelihood:
         for name, shared in self._fixed.items():
             if name in point:
                 shared.set_value(np.asarray(point[name], dtype=shared.dtype))
-        self._loglik_cache = []  # per-row values depend on the fixed values
+        self.clear_cache()  # per-row values depend on the fixed values
+
+    def clear_cache(self) -> None:
+        """Forget the per-row log-likelihoods kept for the ratio (call when public data change)."""
+        self._loglik_cache = []
 
     # ------------------------------------------------------------------ public (no data)
 

@@ -146,3 +146,28 @@ def test_a_hugely_negative_released_energy_change_is_a_divergence():
         state, params, np.random.default_rng(0), lambda t: 0.0, lambda t: np.zeros(2), released
     )
     assert info.diverging and not info.accepted
+
+
+def test_gradient_release_noise_scale_temperature_and_counting():
+    oracle, mean, _ = gaussian_setup()
+    counter = ReleaseCounter()
+    theta = mean + np.array([0.02, -0.01])
+    values = []
+    for seed in range(400):
+        r = release_grad(
+            oracle,
+            NoiseSource(seed),
+            theta,
+            grad_clip=GRAD_CLIP,
+            noise_multiplier=2.0,
+            temperature=0.5,
+            counter=counter,
+        )
+        assert r.noise_std == pytest.approx(0.5 * 2.0 * 2 * GRAD_CLIP)  # T · z · 2 b_g
+        values.append(r.value)
+    values = np.array(values)
+    exact = 0.5 * oracle.clipped_grad_sum(theta, GRAD_CLIP).value  # T · G(θ)
+    sigma = 0.5 * 2.0 * 2 * GRAD_CLIP
+    assert np.all(np.abs(values.mean(0) - exact) < 4 * sigma / np.sqrt(400))
+    np.testing.assert_allclose(values.std(0), sigma, rtol=0.15)
+    assert counter.grad_releases == 400 and counter.mu == pytest.approx(400 / (2 * 2.0**2))

@@ -77,7 +77,7 @@ def test_releases_equal_what_the_budget_reserved():
 
 @pytest.mark.slow
 def test_parallel_chains_in_spawned_processes_respect_the_budget():
-    model, step = make_step(epsilon=100.0)
+    model, step = make_step(epsilon=100.0, step_jitter=False, noise_rng=4)
     plan = step.sampling_kwargs(chains=2)
     idata = sample(model, step, cores=2, mp_ctx="spawn", **plan)
     per_chain = plan["draws"] + plan["tune"]
@@ -85,8 +85,8 @@ def test_parallel_chains_in_spawned_processes_respect_the_budget():
     report = step.budget.report()
     assert report.spent_mu == pytest.approx(2 * per_chain * step.cost.mu)
     assert report.spent_epsilon <= 100.0
-    # the workers tuned: the step size moved away from its initial value
-    assert not np.allclose(idata.sample_stats.step_size.values[:, -1], 0.3, rtol=0.2)
+    # the workers tuned: without jitter an untuned chain keeps exactly its initial step size
+    assert np.all(idata.sample_stats.step_size.values[:, -1] != 0.3)
 
 
 @pytest.mark.slow
@@ -103,12 +103,48 @@ def test_step_size_adaptation_reaches_the_target_acceptance():
     assert stats.step_size.values[0, -1] > 0.01
 
 
-def test_tuning_stops_with_the_averaged_step_size():
-    model, step = make_step(step_jitter=False)
-    idata = sample(model, step, cores=1, chains=1, tune=150, draws=30)
+def test_tuning_stops_and_nothing_adapts_afterwards():
+    model, step = make_step(step_jitter=False, noise_rng=2)
+    frozen = {}
+    stop = step.stop_tuning
+
+    def record_stop():
+        stop()
+        frozen["inv_mass"] = step._inv_mass.copy()
+
+    step.stop_tuning = record_stop
+    idata = sample(model, step, cores=1, chains=1, tune=300, draws=60)
     sizes = idata.sample_stats.step_size.values[0]
-    assert np.all(sizes == sizes[0])  # fixed after tuning (no jitter)
-    assert sizes[0] == pytest.approx(step._dual.final)
+    assert np.all(sizes == sizes[0]) and sizes[0] != 0.3  # tuned, then fixed (no jitter)
+    np.testing.assert_array_equal(step._inv_mass, frozen["inv_mass"])  # mass frozen too
+    assert not np.allclose(frozen["inv_mass"], 1.0 / step.mass_diag)  # it had adapted
+
+
+def test_a_step_reused_for_parallel_chains_tunes_again():
+    model, step = make_step(step_jitter=False, noise_rng=3)
+    sample(model, step, cores=1, chains=1, tune=50, draws=10)  # leaves step.tune = False
+    assert not step.tune
+    idata = sample(model, step, cores=2, chains=2, tune=50, draws=10)  # pickled copies
+    assert np.all(idata.sample_stats.step_size.values[:, -1] != 0.3)
+
+
+def test_temperature_reaches_both_releases(monkeypatch):
+    import pymc_dp.step_methods.hmc as hmc_module
+
+    seen = []
+    for name in ("release_grad", "release_llr"):
+        original = getattr(hmc_module, name)
+
+        def spy(*args, _original=original, _name=name, **kwargs):
+            seen.append((_name, kwargs["temperature"]))
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(hmc_module, name, spy)
+    model, step = make_step(temperature=0.5, noise_rng=1)
+    sample(model, step, cores=1, chains=1, tune=0, draws=3)
+    assert {kind for kind, _ in seen} == {"release_grad", "release_llr"}
+    assert all(t == 0.5 for _, t in seen)
+    assert sum(kind == "release_grad" for kind, _ in seen) == 3 * (step.n_steps + 1)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pymc as pm
 from pymc.step_methods.compound import BlockedStep
+from rich.progress import TextColumn
+from rich.table import Column
 
 from pymc_dp.accounting import PrivacyBudget, gaussian_epsilon
 from pymc_dp.accounting.costs import PrivacyCost
@@ -130,6 +132,9 @@ class DPStep(BlockedStep):
     def set_rng(self, rng: Any) -> None:
         """PyMC 5 calls this at the start of every chain: reset the per-chain state."""
         super().set_rng(rng)
+        # Sequential chains get step.tune = bool(tune) right after this; worker processes get
+        # no other signal than stop_tuning at draw == tune, so start every chain tuning.
+        self.tune = True
         self._setup_chain()
 
     def setup_chain(self, rng: Any, tune: int, draws: int) -> None:  # PyMC 6 API
@@ -149,6 +154,7 @@ class DPStep(BlockedStep):
             words = np.frombuffer(digest, dtype=np.uint32).tolist()
             self.noise = NoiseSource(np.random.SeedSequence([int(self._noise_seed), *words]))
         self.counter = ReleaseCounter()
+        self.oracle.clear_cache()  # public data may have changed between runs
         self._reservation = None
         self._reserved = 0
         self._iteration = 0
@@ -193,6 +199,25 @@ class DPStep(BlockedStep):
         stats["mu_spent"] = mu
         stats["epsilon_spent"] = float(gaussian_epsilon(self.budget.delta, mu)) if mu > 0 else 0.0
         return {**point, **self.oracle.unravel(new_theta)}, [stats]
+
+    # ---------------------------------------------------------------- progress bar
+
+    @staticmethod
+    def _progressbar_config(n_chains: int = 1) -> tuple[list, dict]:
+        """PyMC's progress bar shows each chain's privacy spend (its own ε at the budget's δ)."""
+        columns = [
+            TextColumn(
+                "{task.fields[epsilon_spent]:0.3g}", table_column=Column("ε spent", ratio=1)
+            ),
+        ]
+        return columns, {"epsilon_spent": [0.0] * n_chains}
+
+    @staticmethod
+    def _make_progressbar_update_functions() -> tuple:
+        def update_stats(step_stats: dict[str, Any]) -> dict[str, Any]:
+            return {"epsilon_spent": step_stats["epsilon_spent"]}
+
+        return (update_stats,)
 
     def privacy_metadata(self) -> dict[str, Any]:
         """A flat dict of scalars and strings: mechanism, parameters, budget, n, what was spent."""

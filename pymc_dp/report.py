@@ -1,0 +1,165 @@
+"""Privacy metadata carried inside the ``InferenceData``, and the report that reads it back.
+
+The metadata are flat ``dp_*`` attributes of ``str``, ``int`` and ``float`` (netCDF stores no
+bool, None or dict attributes) on the ``posterior`` and ``sample_stats`` groups, so that they
+survive ``to_netcdf``/``from_netcdf`` with the samples they describe.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import arviz as az
+
+from pymc_dp.accounting import gaussian_epsilon
+from pymc_dp.errors import InvalidParameterError
+
+__all__ = ["attach_privacy_metadata", "privacy_report"]
+
+PRIVATE_GROUPS = ("observed_data", "constant_data", "log_likelihood")
+_PER_CHAIN_KEYS = ("dp_iterations_this_chain", "dp_mu_this_chain")
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:  # pragma: no cover - an editable checkout without metadata
+        return "unknown"
+
+
+def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[str, Any]:
+    """The flat ``dp_*`` record of one release: budget, mechanism, parameters, what was spent.
+
+    The spend is the accountant's: ``chains · (tune + draws)`` iterations of ``μ`` each, composed
+    exactly (tight Gaussian PLD, SPEC §3); ε is reported at the budget's δ.
+    """
+    budget = step.budget
+    iterations = int(tune) + int(draws)
+    mu_per_iteration = float(step.cost.mu)
+    mu_spent = chains * iterations * mu_per_iteration
+    meta = {k: v for k, v in step.privacy_metadata().items() if k not in _PER_CHAIN_KEYS}
+    meta.update(
+        dp_accountant="tight Gaussian PLD composition (pymc_dp.accounting, SPEC §3)",
+        dp_chains=int(chains),
+        dp_tune_per_chain=int(tune),
+        dp_draws_per_chain=int(draws),
+        dp_iterations_per_chain=iterations,
+        dp_mu_per_iteration=mu_per_iteration,
+        dp_mu_spent=mu_spent,
+        dp_epsilon_spent=float(gaussian_epsilon(budget.delta, mu_spent)) if mu_spent else 0.0,
+        dp_budget_epsilon_spent_total=float(budget.report().spent_epsilon),
+        dp_nonprivate_diagnostics=0,
+        dp_version_pymc_dp=_version("pymc-dp"),
+        dp_version_pymc=_version("pymc"),
+        dp_version_pytensor=_version("pytensor"),
+        dp_version_arviz=_version("arviz"),
+    )
+    for key, value in meta.items():
+        if isinstance(value, bool):
+            meta[key] = int(value)
+        elif not isinstance(value, str | int | float):
+            meta[key] = str(value)
+    return meta
+
+
+def attach_privacy_metadata(
+    idata: az.InferenceData,
+    step: Any,
+    *,
+    chains: int | None = None,
+    tune: int | None = None,
+    draws: int | None = None,
+) -> az.InferenceData:
+    """Make the result of ``pm.sample(step=dp_step, ...)`` safe to share, and label it.
+
+    Drops the groups that hold private data (``observed_data``, ``constant_data``,
+    ``log_likelihood``) and writes the privacy metadata (:func:`privacy_metadata`) on
+    ``posterior`` and ``sample_stats``. ``chains``, ``tune`` and ``draws`` default to what the
+    InferenceData records (``tuning_steps`` attribute, chain and draw dimensions).
+
+    Deterministics that read row data cannot be made private after the fact: use
+    :func:`pymc_dp.sample`, which refuses them before sampling.
+    """
+    if "posterior" not in idata.groups():
+        raise InvalidParameterError("idata has no posterior group: pass pm.sample's result.")
+    posterior = idata.posterior
+    chains = int(posterior.sizes["chain"]) if chains is None else int(chains)
+    draws = int(posterior.sizes["draw"]) if draws is None else int(draws)
+    if tune is None:
+        tune = posterior.attrs.get("tuning_steps")
+        if tune is None:
+            raise InvalidParameterError(
+                "The InferenceData does not record its tuning steps: pass tune=... (per chain)."
+            )
+    for group in PRIVATE_GROUPS:
+        if group in idata.groups():
+            del idata[group]
+    meta = privacy_metadata(step, chains=chains, tune=int(tune), draws=draws)
+    for group in ("posterior", "sample_stats"):
+        if group in idata.groups():
+            idata[group].attrs.update(meta)
+    return idata
+
+
+def privacy_report(idata: az.InferenceData, *, show: bool = True) -> dict[str, Any]:
+    """Print a human summary of the privacy metadata in ``idata`` and return it as a dict.
+
+    Warnings come first: a release with non-private diagnostics is not differentially private,
+    and reproducible (seeded) DP noise is for tests and research only.
+    """
+    source = None
+    for group in ("posterior", "sample_stats"):
+        if group in idata.groups() and "dp_step" in idata[group].attrs:
+            source = idata[group].attrs
+            break
+    if source is None:
+        raise InvalidParameterError(
+            "This InferenceData carries no pymc_dp privacy metadata: sample with "
+            "pymc_dp.sample, or call pymc_dp.attach_privacy_metadata(idata, step)."
+        )
+    meta = {k: _plain(v) for k, v in source.items() if k.startswith("dp_")}
+    lines = []
+    if meta.get("dp_nonprivate_diagnostics"):
+        lines.append("NOT DIFFERENTIALLY PRIVATE: this release contains non-private diagnostics.")
+    if meta.get("dp_noise_reproducible"):
+        lines.append("WARNING: the DP noise was seeded (noise_rng); do not publish this release.")
+    lines += [
+        f"{meta['dp_step']}: (ε = {meta['dp_epsilon_spent']:.4g}, δ = {meta['dp_delta']:g})-DP "
+        f"release of {meta['dp_chains']} chain(s) × {meta['dp_iterations_per_chain']} "
+        f"iterations ({meta['dp_tune_per_chain']} tune + {meta['dp_draws_per_chain']} draws)",
+        f"budget: ε = {meta['dp_epsilon']:g} at δ = {meta['dp_delta']:g}; spent under it so far "
+        f"(all releases on its ledger): ε = {meta['dp_budget_epsilon_spent_total']:.4g}",
+        f"accountant: {meta['dp_accountant']}; μ = {meta['dp_mu_spent']:.6g} "
+        f"({meta['dp_mu_per_iteration']:.6g} per iteration)",
+        f"data: n = {meta['dp_n_rows']} rows; neighbouring datasets: "
+        f"{meta['dp_neighbouring_relation']}",
+    ]
+    skip = {
+        "dp_step",
+        "dp_epsilon",
+        "dp_delta",
+        "dp_epsilon_spent",
+        "dp_budget_epsilon_spent_total",
+        "dp_chains",
+        "dp_iterations_per_chain",
+        "dp_tune_per_chain",
+        "dp_draws_per_chain",
+        "dp_accountant",
+        "dp_mu_spent",
+        "dp_mu_per_iteration",
+        "dp_n_rows",
+        "dp_neighbouring_relation",
+    }
+    params = ", ".join(f"{k[3:]}={v}" for k, v in meta.items() if k not in skip)
+    lines.append(f"parameters: {params}")
+    if show:
+        print("\n".join(lines))
+    return meta
+
+
+def _plain(value: Any) -> Any:
+    """netCDF hands attributes back as NumPy scalars: return Python ones."""
+    if hasattr(value, "item"):
+        return value.item()
+    return value

@@ -1,0 +1,187 @@
+"""``pymc_dp.sample``: budget-driven ``pm.sample`` that returns a private ``InferenceData``.
+
+What plain ``pm.sample(step=dp_step)`` does with the private data, and what this wrapper closes:
+
+* With a user-given step, ``pm.sample`` evaluates no log-density itself (no start-value check,
+  no jitter: those belong to its NUTS initialisation); the step's mechanisms are the only readers.
+* It stores the raw data in the ``observed_data`` and ``constant_data`` groups: dropped here.
+* It recomputes every ``pm.Deterministic`` at every draw and stores it: one that reads row data
+  would publish a data-dependent value without noise, so such models are refused here.
+* ``idata_kwargs={"log_likelihood": True}`` stores per-row log-likelihoods: refused.
+* ``return_inferencedata=False`` returns a ``MultiTrace`` with the same deterministics and no
+  metadata, and other trace backends persist state: both refused.
+* Free variables outside the DP step would go to NUTS on the raw data: refused by the step.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+from typing import Any
+
+import arviz as az
+import numpy as np
+import pymc as pm
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant
+from pytensor.graph.traversal import ancestors
+
+from pymc_dp.errors import BudgetExceededError, InvalidParameterError, PrivacyLeakError
+from pymc_dp.report import attach_privacy_metadata
+from pymc_dp.step_methods.base import DPStep
+
+__all__ = ["plan_iterations", "sample"]
+
+
+def plan_iterations(
+    step: DPStep, *, chains: int = 4, tune: float | int = 0.5, draws: int | None = None
+) -> tuple[int, int]:
+    """``(tune, draws)`` per chain that fit the step's budget for ``chains`` chains.
+
+    ``tune`` is a count (int) or a fraction in ``[0, 1)`` of each chain's share of the budget;
+    ``draws=None`` takes the rest of the share. Raises :class:`BudgetExceededError` (before any
+    data is read) when the request does not fit, saying what does.
+    """
+    if isinstance(chains, bool) or not isinstance(chains, Integral) or chains < 1:
+        raise InvalidParameterError(f"chains must be a positive integer, got {chains!r}.")
+    per_chain = step.budget.iterations_per_chain(step.cost, int(chains))
+    if isinstance(tune, bool) or not isinstance(tune, Real):
+        raise InvalidParameterError(f"tune must be an int or a fraction in [0, 1), got {tune!r}.")
+    if isinstance(tune, Integral):
+        if tune < 0:
+            raise InvalidParameterError(f"tune must not be negative, got {tune}.")
+        n_tune = int(tune)
+    elif 0 <= tune < 1:
+        n_tune = math.floor(float(tune) * per_chain)
+    else:
+        raise InvalidParameterError(
+            f"tune={tune!r}: give a fraction in [0, 1) of each chain's iterations, or an int count."
+        )
+    if draws is None:
+        n_draws = per_chain - n_tune
+    elif isinstance(draws, bool) or not isinstance(draws, Integral) or draws < 1:
+        raise InvalidParameterError(f"draws must be a positive integer, got {draws!r}.")
+    else:
+        n_draws = int(draws)
+    if n_draws < 1 or n_tune + n_draws > per_chain:
+        raise BudgetExceededError(
+            f"{chains} chains of {n_tune} tune + {n_draws} draws do not fit the budget "
+            f"(ε = {step.budget.epsilon:g}, δ = {step.budget.delta:g}), which allows {per_chain} "
+            f"iterations per chain for {chains} chains, tuning included. For example: "
+            f"tune={min(n_tune, per_chain // 2)}, draws={per_chain - min(n_tune, per_chain // 2)}; "
+            "or use fewer chains, larger noise multipliers, or a larger budget. No data was read."
+        )
+    return n_tune, n_draws
+
+
+def sample(
+    step: DPStep,
+    *,
+    chains: int = 4,
+    tune: float | int = 0.5,
+    draws: int | None = None,
+    cores: int | None = None,
+    random_seed: Any = None,
+    progressbar: bool = True,
+    model: pm.Model | None = None,
+    **kwargs: Any,
+) -> az.InferenceData:
+    """Sample with a DP step, spending (at most) its budget, and return a private InferenceData.
+
+    Parameters
+    ----------
+    step : DPStep
+        A ``pymc_dp`` step method (``DPPenalty``, ``DPHMC``) covering every free variable.
+    chains : int
+        Number of chains; they share the budget (every chain reads the same data).
+    tune : int or float
+        Tuning iterations per chain: a count, or a fraction in ``[0, 1)`` of each chain's share.
+        Tuning iterations spend budget like any other.
+    draws : int, optional
+        Draws per chain kept after tuning; default: the rest of each chain's share.
+    cores, random_seed, progressbar, **kwargs
+        Passed to ``pm.sample``. ``random_seed`` seeds the public randomness only (proposals,
+        momenta, accept draws); DP noise never comes from it.
+
+    Returns
+    -------
+    arviz.InferenceData
+        ``posterior`` and ``sample_stats`` only (no ``observed_data``/``constant_data``), with the
+        privacy metadata as flat ``dp_*`` attributes on both groups
+        (:func:`pymc_dp.privacy_report` reads them).
+    """
+    if not isinstance(step, DPStep):
+        raise InvalidParameterError(
+            f"step must be a pymc_dp step method (DPPenalty, DPHMC), got {type(step).__name__}."
+        )
+    _refuse_leaky_options(kwargs)
+    model = pm.modelcontext(model if model is not None else step.oracle.model)
+    check_deterministics(model, step)
+    n_tune, n_draws = plan_iterations(step, chains=chains, tune=tune, draws=draws)
+    step._planned_iterations = n_tune + n_draws
+    step._planned_tune = n_tune
+    idata_kwargs = {**kwargs.pop("idata_kwargs", {}), "log_likelihood": False}
+    with model:
+        idata = pm.sample(
+            draws=n_draws,
+            tune=n_tune,
+            chains=chains,
+            cores=cores,
+            step=step,
+            random_seed=random_seed,
+            progressbar=progressbar,
+            idata_kwargs=idata_kwargs,
+            **kwargs,
+        )
+    # drops observed_data / constant_data / log_likelihood and labels the release
+    return attach_privacy_metadata(idata, step, chains=chains, tune=n_tune, draws=n_draws)
+
+
+def _refuse_leaky_options(kwargs: dict[str, Any]) -> None:
+    for name in ("step", "draws", "tune", "chains"):
+        if name in kwargs:  # pragma: no cover - these are named parameters above
+            raise InvalidParameterError(f"{name} is set by pymc_dp.sample itself.")
+    if kwargs.get("return_inferencedata", True) is not True:
+        raise PrivacyLeakError(
+            "return_inferencedata=False is not supported: a MultiTrace carries no privacy "
+            "metadata and keeps every deterministic. Use the returned InferenceData."
+        )
+    if kwargs.get("trace") is not None:
+        raise PrivacyLeakError(
+            "trace=... is not supported: trace backends such as Zarr persist sampler state. "
+            "Leave trace unset and save the returned InferenceData (to_netcdf)."
+        )
+    if (kwargs.get("idata_kwargs") or {}).get("log_likelihood"):
+        raise PrivacyLeakError(
+            "idata_kwargs={'log_likelihood': True} would store every row's exact log-likelihood "
+            "at every draw, which is not private. Leave it out."
+        )
+    if kwargs.get("nuts_sampler", "pymc") != "pymc":
+        raise InvalidParameterError("nuts_sampler: DP steps run in PyMC's own sampler only.")
+
+
+def check_deterministics(model: pm.Model, step: DPStep) -> None:
+    """Refuse ``pm.Deterministic``s that read row data: they would be stored without noise."""
+    n = step.oracle.n_rows
+    private = {r.variable for r in step.oracle._rows} | set(model.observed_RVs)
+    for det in model.deterministics:
+        leaves = set(ancestors([det]))
+        reads = [v for v in leaves if v in private or _is_row_leaf(v, n)]
+        if reads:
+            names = sorted({getattr(v, "name", None) or "a constant" for v in reads})
+            raise PrivacyLeakError(
+                f"pm.Deterministic {det.name!r} depends on row data ({names}); pm.sample would "
+                "compute it from the private data at every draw and store it without noise. "
+                "Remove it from the model (compute it afterwards from the posterior and public "
+                "inputs), or make it depend on parameters only."
+            )
+
+
+def _is_row_leaf(var: Any, n: int) -> bool:
+    if isinstance(var, SharedVariable):
+        value = np.asarray(var.get_value(borrow=True))
+    elif isinstance(var, Constant):
+        value = np.asarray(var.data)
+    else:
+        return False
+    return value.ndim >= 1 and value.shape[0] == n
