@@ -49,7 +49,6 @@ def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[s
         dp_mu_spent=mu_spent,
         dp_epsilon_spent=float(gaussian_epsilon(budget.delta, mu_spent)) if mu_spent else 0.0,
         dp_budget_epsilon_spent_total=float(budget.report().spent_epsilon),
-        dp_nonprivate_diagnostics=0,
         dp_version_pymc_dp=_version("pymc-dp"),
         dp_version_pymc=_version("pymc"),
         dp_version_pytensor=_version("pytensor"),

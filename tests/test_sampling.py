@@ -187,3 +187,40 @@ def test_progress_bar_shows_each_chains_privacy_spend():
     assert stats == {"epsilon_spent": [0.0, 0.0, 0.0]}
     (update,) = step._make_progressbar_update_functions()
     assert update({"epsilon_spent": 0.25, "accepted": True, "jump": 0.1}) == {"epsilon_spent": 0.25}
+
+
+@pytest.mark.parametrize("method", ["DPPenalty", "DPHMC"])
+def test_nonprivate_diagnostics_are_opt_in_and_loud(method, capsys):
+    model = SPEC.model(data())
+    mean, var = SPEC.posterior_params(data())
+    budget = pymc_dp.PrivacyBudget(epsilon=20.0, delta=1e-6)
+    with model:
+        if method == "DPPenalty":
+            # llr_clip 0.5: some ratios are clipped
+            step = pymc_dp.DPPenalty(
+                budget=budget, llr_clip=0.5, noise_multiplier=5.0, nonprivate_diagnostics=True
+            )
+            extra = {"llr_clipped_fraction"}
+        else:
+            step = pymc_dp.DPHMC(
+                budget=budget,
+                step_size=0.3,
+                n_steps=3,
+                grad_clip=0.5,  # most per-row gradients are clipped
+                llr_clip=5.0,
+                grad_noise_multiplier=5.0,
+                llr_noise_multiplier=5.0,
+                mass_diag=1 / var,
+                nonprivate_diagnostics=True,
+            )
+            extra = {"llr_clipped_fraction", "grad_clipped_fraction"}
+    idata = pymc_dp.sample(step, chains=1, cores=1, initvals={"theta": mean}, **quiet())
+    stats = idata.sample_stats
+    assert extra <= set(stats.data_vars)
+    for name in extra:
+        values = stats[name].values
+        assert np.all((values >= 0) & (values <= 1))
+    assert stats[sorted(extra)[0]].values.max() > 0  # they measure something
+    report = pymc_dp.privacy_report(idata)
+    assert report["dp_nonprivate_diagnostics"] == 1
+    assert capsys.readouterr().out.startswith("NOT DIFFERENTIALLY PRIVATE")

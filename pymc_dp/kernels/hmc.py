@@ -56,6 +56,7 @@ class HMCInfo(NamedTuple):
     diverging: bool
     grad_releases: int  # gradient releases made (L + 1 unless the trajectory diverged)
     noise_std: float  # σ_l of the released ratio (0 if none was made)
+    llr_clipped: int = 0  # rows whose ratio was clipped: NOT private (diagnostics only)
 
 
 def leapfrog(
@@ -110,7 +111,7 @@ def hmc_kernel(
     log_ratio = energy_change - (0.5 * released.noise_std**2 if params.penalty else 0.0)
     accepted = bool(not diverging and np.log(rng.uniform()) < log_ratio)
     jump = float(np.linalg.norm(theta_new - state.theta))
-    info = HMCInfo(accepted, jump, diverging, evaluations, released.noise_std)
+    info = HMCInfo(accepted, jump, diverging, evaluations, released.noise_std, released.n_clipped)
     if accepted:
         return HMCState(theta_new, logprior_new), info
     return state, info

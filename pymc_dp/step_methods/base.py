@@ -43,6 +43,8 @@ class DPStep(BlockedStep):
         "mu_spent": (np.float64, []),
         "epsilon_spent": (np.float64, []),
     }
+    #: Data-dependent numbers computed without noise, kept only with nonprivate_diagnostics=True.
+    _nonprivate_stats: ClassVar[dict] = {}
 
     def __init__(
         self,
@@ -52,6 +54,7 @@ class DPStep(BlockedStep):
         model: pm.Model | None = None,
         noise_rng: int | None = None,
         row_data: Any = None,
+        nonprivate_diagnostics: bool = False,
         blocked: bool = True,
         rng: Any = None,
     ) -> None:
@@ -81,6 +84,11 @@ class DPStep(BlockedStep):
         self.oracle = RowLikelihood(model, value_vars, row_data=row_data)
         self.vars = list(self.oracle.value_vars)
         self.budget = budget
+        self.nonprivate_diagnostics = bool(nonprivate_diagnostics)
+        if self.nonprivate_diagnostics:  # opt-in, and recorded: the release is then not DP
+            shapes = {**type(self).stats_dtypes_shapes, **self._nonprivate_stats}
+            self.stats_dtypes_shapes = shapes
+            self.stats_dtypes = [{name: dtype for name, (dtype, _) in shapes.items()}]
         self.noise_reproducible = noise_rng is not None
         self._noise_seed = noise_rng
         self._planned_iterations: int | None = None
@@ -198,6 +206,7 @@ class DPStep(BlockedStep):
         mu = self._iteration * self.cost.mu
         stats["mu_spent"] = mu
         stats["epsilon_spent"] = float(gaussian_epsilon(self.budget.delta, mu)) if mu > 0 else 0.0
+        stats = {name: stats[name] for name in self.stats_dtypes_shapes}  # drops the non-private
         return {**point, **self.oracle.unravel(new_theta)}, [stats]
 
     # ---------------------------------------------------------------- progress bar
@@ -228,6 +237,7 @@ class DPStep(BlockedStep):
             "dp_neighbouring_relation": "substitute one row",
             "dp_n_rows": self.oracle.n_rows,
             "dp_noise_reproducible": int(self.noise_reproducible),
+            "dp_nonprivate_diagnostics": int(self.nonprivate_diagnostics),
             "dp_iterations_this_chain": self._iteration,
             "dp_mu_this_chain": self._iteration * self.cost.mu,
         }

@@ -74,6 +74,10 @@ class DPHMC(DPStep):
         ``T ∈ (0, 1]``.
     noise_rng : int, optional
         Seed for reproducible DP noise (tests, research). Default: OS entropy.
+    nonprivate_diagnostics : bool
+        Also store, per iteration, the share of per-row gradients clipped (over the
+        iteration's gradient releases) and of ratios clipped. Computed from the data without
+        noise: the release is then **not** DP, and the privacy metadata say so.
     """
 
     name = "dp_hmc"
@@ -81,6 +85,10 @@ class DPHMC(DPStep):
         **DPStep.stats_dtypes_shapes,
         "diverging": (bool, []),
         "step_size": (np.float64, []),
+    }
+    _nonprivate_stats: ClassVar[dict] = {
+        "grad_clipped_fraction": (np.float64, []),
+        "llr_clipped_fraction": (np.float64, []),
     }
 
     def __init__(
@@ -105,6 +113,7 @@ class DPHMC(DPStep):
         model: Any = None,
         noise_rng: int | None = None,
         row_data: Any = None,
+        nonprivate_diagnostics: bool = False,
         blocked: bool = True,
         rng: Any = None,
     ) -> None:
@@ -142,6 +151,7 @@ class DPHMC(DPStep):
             model=model,
             noise_rng=noise_rng,
             row_data=row_data,
+            nonprivate_diagnostics=nonprivate_diagnostics,
             blocked=blocked,
             rng=rng,
         )
@@ -220,6 +230,7 @@ class DPHMC(DPStep):
         if self.step_jitter:
             step_size *= self.rng.uniform(1.0 - self.step_jitter, 1.0 + self.step_jitter)
         params = HMCParams(step_size, self.n_steps, self._inv_mass)
+        self._grad_clipped = [0, 0]  # clipped rows, releases (diagnostics only: NOT private)
         release = partial(
             release_llr,
             oracle,
@@ -240,6 +251,8 @@ class DPHMC(DPStep):
             "jump": info.jump,
             "diverging": info.diverging,
             "step_size": step_size,
+            "grad_clipped_fraction": self._grad_clipped[0] / max(self._grad_clipped[1], 1),
+            "llr_clipped_fraction": info.llr_clipped / oracle.n_rows,
         }
         return new_state.theta, stats
 
@@ -254,6 +267,8 @@ class DPHMC(DPStep):
             temperature=self.temperature,
             counter=self.counter,
         )
+        self._grad_clipped[0] += released.n_clipped
+        self._grad_clipped[1] += self.oracle.n_rows
         return released.value + self.oracle.logprior_grad(theta)
 
     def privacy_metadata(self) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -60,9 +60,14 @@ class DPPenalty(DPStep):
         Acceptance rate tuning aims at (0.234, or 0.44 with one-component updates).
     noise_rng : int, optional
         Seed for reproducible DP noise (tests, research). Default: OS entropy.
+    nonprivate_diagnostics : bool
+        Also store ``llr_clipped_fraction`` (share of rows whose ratio was clipped) per
+        iteration. Computed from the data without noise: the release is then **not** DP, and
+        the privacy metadata say so.
     """
 
     name = "dp_penalty"
+    _nonprivate_stats: ClassVar[dict] = {"llr_clipped_fraction": (np.float64, [])}
 
     def __init__(
         self,
@@ -80,6 +85,7 @@ class DPPenalty(DPStep):
         model: Any = None,
         noise_rng: int | None = None,
         row_data: Any = None,
+        nonprivate_diagnostics: bool = False,
         blocked: bool = True,
         rng: Any = None,
     ) -> None:
@@ -100,6 +106,7 @@ class DPPenalty(DPStep):
             model=model,
             noise_rng=noise_rng,
             row_data=row_data,
+            nonprivate_diagnostics=nonprivate_diagnostics,
             blocked=blocked,
             rng=rng,
         )
@@ -146,7 +153,12 @@ class DPPenalty(DPStep):
         self._last_logprior = (new_state.theta, new_state.logprior)
         if self.tune:
             self._adapt(info.accepted)
-        return new_state.theta, {"accepted": info.accepted, "jump": info.jump}
+        stats = {
+            "accepted": info.accepted,
+            "jump": info.jump,
+            "llr_clipped_fraction": info.n_clipped / oracle.n_rows,  # NOT private
+        }
+        return new_state.theta, stats
 
     def _adapt(self, accepted: bool) -> None:
         """Scale the proposal toward ``target_accept`` from acceptance flags (released: free).
