@@ -17,10 +17,20 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pymc_dp.errors import InvalidParameterError
+from pymc_dp.barker_correction import BarkerCorrection
+from pymc_dp.errors import InvalidParameterError, PyMCDPError
 from pymc_dp.oracle import RowLikelihood
 
-__all__ = ["NoiseSource", "Release", "ReleaseCounter", "release_grad", "release_llr"]
+__all__ = [
+    "BarkerDecision",
+    "BarkerVarianceError",
+    "NoiseSource",
+    "Release",
+    "ReleaseCounter",
+    "barker_test",
+    "release_grad",
+    "release_llr",
+]
 
 
 class NoiseSource:
@@ -66,6 +76,7 @@ class ReleaseCounter:
 
     llr_releases: int = 0
     grad_releases: int = 0
+    barker_tests: int = 0  # subsampled tests: accounted in RDP, not in mu
     mu: float = 0.0
 
     def add(self, kind: str, noise_multiplier: float) -> None:
@@ -145,3 +156,64 @@ def release_grad(
     sigma = z * 2.0 * float(grad_clip)
     value = temperature * (clipped.value + noise.normal(sigma, clipped.value.shape[0]))
     return Release(value, temperature * sigma, clipped.n_clipped)
+
+
+class BarkerDecision(NamedTuple):
+    """Outcome of one DP Barker test: only ``accepted`` is released.
+
+    ``batch_variance`` (``σ_b²``) and ``n_clipped`` are computed from the batch without noise:
+    NOT private, kept only in the opt-in diagnostics.
+    """
+
+    accepted: bool
+    batch_variance: float
+    n_clipped: int
+
+
+class BarkerVarianceError(PyMCDPError):
+    """The batch variance exceeded the normal variance the Barker test can correct."""
+
+
+def barker_test(
+    oracle: RowLikelihood,
+    noise: NoiseSource,
+    theta: np.ndarray,
+    theta_new: np.ndarray,
+    *,
+    log_prior_ratio: float,
+    batch_size: int,
+    temperature: float,
+    correction: BarkerCorrection,
+    counter: ReleaseCounter | None = None,
+) -> BarkerDecision:
+    """The DP Barker acceptance test on a secret minibatch (SPEC §4.4, thesis Algorithm 3).
+
+    Draws ``b`` rows without replacement from the secret generator, reads only those rows, and
+    with ``r_j = ℓ_j(θ') − ℓ_j(θ)`` clipped to ``|r_j| ≤ √b / n0`` (``n0 = T n``) forms
+    ``λ = (n0 / b) Σ_j r_j + log p(θ') − log p(θ)`` and ``σ_b² = n0² Var_B(r) / b``; then draws
+    ``s ~ N(0, C − σ_b²)`` and ``V_corr`` (so that ``N(0, C) + V_corr ≈ Logistic(0, 1)``) and
+    accepts iff ``λ + s + V_corr > 0``. The clip bounds ``σ_b² ≤ 1 < C = 2`` (population
+    variance of values in ``[−a, a]`` is at most ``a²``), so the test can always be corrected;
+    should it not be (``σ_b² > C``), :class:`BarkerVarianceError` is raised rather than a silent
+    accept or reject. Privacy: thesis Thm 3.3, accounted by ``BarkerCost``.
+    """
+    n = oracle.n_rows
+    b = int(batch_size)
+    rows = noise.generator.choice(n, size=b, replace=False)  # secret: never from random_seed
+    if counter is not None:
+        counter.barker_tests += 1
+    n0 = temperature * n
+    bound = np.sqrt(b) / n0
+    ratio = oracle.loglik_rows(theta_new, rows) - oracle.loglik_rows(theta, rows)
+    n_clipped = int(np.sum(~(np.abs(ratio) <= bound)))  # NaN counts as clipped
+    ratio = np.clip(np.where(np.isnan(ratio), -bound, ratio), -bound, bound)
+    lam = (n0 / b) * float(ratio.sum()) + float(log_prior_ratio)
+    variance = n0**2 * float(ratio.var()) / b
+    total = correction.normal_variance
+    if variance > total:
+        raise BarkerVarianceError(
+            f"The batch variance {variance:.3g} exceeds the normal variance C = {total} that the "
+            "Barker test corrects; the test cannot be made exact. Use a larger batch_size."
+        )
+    extra = noise.normal(np.sqrt(total - variance)) + correction.sample(noise.generator)
+    return BarkerDecision(bool(lam + extra > 0), variance, n_clipped)

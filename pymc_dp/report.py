@@ -18,7 +18,7 @@ from pymc_dp.errors import InvalidParameterError
 __all__ = ["attach_privacy_metadata", "privacy_report"]
 
 PRIVATE_GROUPS = ("observed_data", "constant_data", "log_likelihood")
-_PER_CHAIN_KEYS = ("dp_iterations_this_chain", "dp_mu_this_chain")
+_PER_CHAIN_KEYS = ("dp_iterations_this_chain", "dp_epsilon_this_chain")
 
 
 def _version(package: str) -> str:
@@ -36,18 +36,27 @@ def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[s
     """
     budget = step.budget
     iterations = int(tune) + int(draws)
-    mu_per_iteration = float(step.cost.mu)
-    mu_spent = chains * iterations * mu_per_iteration
+    total = chains * iterations
     meta = {k: v for k, v in step.privacy_metadata().items() if k not in _PER_CHAIN_KEYS}
+    mu_per_iteration = step.cost.gaussian_mu()
+    if mu_per_iteration is not None:
+        mu_spent = total * float(mu_per_iteration)
+        meta.update(
+            dp_accountant="tight Gaussian PLD composition (pymc_dp.accounting, SPEC §3)",
+            dp_mu_per_iteration=float(mu_per_iteration),
+            dp_mu_spent=mu_spent,
+            dp_epsilon_spent=float(gaussian_epsilon(budget.delta, mu_spent)) if mu_spent else 0.0,
+        )
+    else:
+        meta.update(
+            dp_accountant=f"RDP: {step.cost.describe()} (pymc_dp.accounting, SPEC §3)",
+            dp_epsilon_spent=float(step.cost.epsilon(budget.delta, total)) if total else 0.0,
+        )
     meta.update(
-        dp_accountant="tight Gaussian PLD composition (pymc_dp.accounting, SPEC §3)",
         dp_chains=int(chains),
         dp_tune_per_chain=int(tune),
         dp_draws_per_chain=int(draws),
         dp_iterations_per_chain=iterations,
-        dp_mu_per_iteration=mu_per_iteration,
-        dp_mu_spent=mu_spent,
-        dp_epsilon_spent=float(gaussian_epsilon(budget.delta, mu_spent)) if mu_spent else 0.0,
         dp_budget_epsilon_spent_total=float(budget.report().spent_epsilon),
         dp_version_pymc_dp=_version("pymc-dp"),
         dp_version_pymc=_version("pymc"),
@@ -129,8 +138,12 @@ def privacy_report(idata: az.InferenceData, *, show: bool = True) -> dict[str, A
         f"iterations ({meta['dp_tune_per_chain']} tune + {meta['dp_draws_per_chain']} draws)",
         f"budget: ε = {meta['dp_epsilon']:g} at δ = {meta['dp_delta']:g}; spent under it so far "
         f"(all releases on its ledger): ε = {meta['dp_budget_epsilon_spent_total']:.4g}",
-        f"accountant: {meta['dp_accountant']}; μ = {meta['dp_mu_spent']:.6g} "
-        f"({meta['dp_mu_per_iteration']:.6g} per iteration)",
+        f"accountant: {meta['dp_accountant']}"
+        + (
+            f"; μ = {meta['dp_mu_spent']:.6g} ({meta['dp_mu_per_iteration']:.6g} per iteration)"
+            if "dp_mu_spent" in meta
+            else ""
+        ),
         f"data: n = {meta['dp_n_rows']} rows; neighbouring datasets: "
         f"{meta['dp_neighbouring_relation']}",
     ]

@@ -201,11 +201,7 @@ class DPStep(BlockedStep):
         new_theta, stats = self._iterate(theta)
         self._iteration += 1
         self._reservation.spend(1)
-        # What the accountant charges this chain: every iteration costs its full μ, even one
-        # that made fewer releases (a diverging DP-HMC trajectory stops early).
-        mu = self._iteration * self.cost.mu
-        stats["mu_spent"] = mu
-        stats["epsilon_spent"] = float(gaussian_epsilon(self.budget.delta, mu)) if mu > 0 else 0.0
+        stats.update(self._spent(self._iteration))
         stats = {name: stats[name] for name in self.stats_dtypes_shapes}  # drops the non-private
         return {**point, **self.oracle.unravel(new_theta)}, [stats]
 
@@ -228,6 +224,16 @@ class DPStep(BlockedStep):
 
         return (update_stats,)
 
+    def _spent(self, iterations: int) -> dict[str, float]:
+        """What the accountant charges this chain after ``iterations`` (its ``μ`` and ε at δ).
+
+        Every iteration costs its full ``μ``, even one that made fewer releases (a diverging
+        DP-HMC trajectory stops early).
+        """
+        mu = iterations * self.cost.mu
+        epsilon = float(gaussian_epsilon(self.budget.delta, mu)) if mu > 0 else 0.0
+        return {"mu_spent": mu, "epsilon_spent": epsilon}
+
     def privacy_metadata(self) -> dict[str, Any]:
         """A flat dict of scalars and strings: mechanism, parameters, budget, n, what was spent."""
         return {
@@ -239,7 +245,7 @@ class DPStep(BlockedStep):
             "dp_noise_reproducible": int(self.noise_reproducible),
             "dp_nonprivate_diagnostics": int(self.nonprivate_diagnostics),
             "dp_iterations_this_chain": self._iteration,
-            "dp_mu_this_chain": self._iteration * self.cost.mu,
+            "dp_epsilon_this_chain": self._spent(self._iteration)["epsilon_spent"],
         }
 
 

@@ -1,0 +1,176 @@
+"""``DPBarker``: the DP Barker test on secret minibatches (SPEC §4.4) as a PyMC step method."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pymc_dp.accounting import BarkerCost
+from pymc_dp.barker_correction import BarkerCorrection
+from pymc_dp.errors import InvalidParameterError
+from pymc_dp.kernels.barker import BarkerState, barker_kernel
+from pymc_dp.mechanisms import barker_test
+from pymc_dp.step_methods.base import DPStep, check_temperature
+
+__all__ = ["DPBarker"]
+
+_TARGET_ACCEPT = 0.234  # random-walk proposals
+_ADAPT_GAIN = 3.0
+_ADAPT_DECAY = 0.6
+# Thesis Thm 3.3 bounds the privacy of the test for total normal variance C = 2.
+_PROVED_NORMAL_VARIANCE = 2.0
+
+
+class DPBarker(DPStep):
+    """Differentially private Barker MCMC on secret minibatches (SPEC §4.4).
+
+    Each iteration proposes ``θ' ~ N(θ, diag(s²))``, draws ``b`` of the ``n`` rows without
+    replacement from the secret noise generator (the other rows are never evaluated), clips the
+    per-row log-likelihood ratios to ``|r_j| ≤ √b / n0`` (``n0 = T n``) and accepts with
+    Barker's test made exact for the minibatch noise by a correction distribution
+    (``N(0, C) + V_corr ≈ Logistic(0, 1)``, ``C = 2``). Only the accept decision is released;
+    privacy comes from the test's own randomness amplified by subsampling (thesis Thm 3.3, RDP,
+    accounted by ``BarkerCost``). The clip bound is fixed by the proof: with ``T = 1`` and large
+    ``n`` it clips most ratios, so the method is meant for tempered posteriors (``n0 ≪ n``).
+
+    Parameters
+    ----------
+    budget : PrivacyBudget
+        The (ε, δ) budget; iterations are counted with the RDP bound of SPEC §4.4.
+    batch_size : int
+        ``b`` rows per iteration (``16 ≤ b ≤ n``; the RDP bound needs orders ``3 ≤ α < b/5``).
+    proposal_scale : float or array
+        Random-walk standard deviation per coordinate; adapted during tuning toward 0.234 from
+        the acceptance flags (post-processing, free).
+    temperature : float
+        ``T = n0 / n ∈ (0, 1]``.
+    normal_variance : float
+        ``C``, the total normal variance of the test; only ``C = 2`` has a privacy proof.
+    noise_rng : int, optional
+        Seed for reproducible noise and batches (tests, research). Default: OS entropy.
+    nonprivate_diagnostics : bool
+        Also store per iteration the share of batch ratios clipped and the batch variance
+        ``σ_b²`` (computed without noise: the release is then **not** DP).
+    """
+
+    name = "dp_barker"
+    stats_dtypes_shapes: ClassVar[dict] = {
+        "accepted": (bool, []),
+        "jump": (np.float64, []),
+        "epsilon_spent": (np.float64, []),
+    }
+    _nonprivate_stats: ClassVar[dict] = {
+        "llr_clipped_fraction": (np.float64, []),
+        "batch_variance": (np.float64, []),
+    }
+
+    def __init__(
+        self,
+        vars: Any = None,
+        *,
+        budget: Any,
+        batch_size: int,
+        proposal_scale: float | np.ndarray = 0.1,
+        temperature: float = 1.0,
+        normal_variance: float = 2.0,
+        target_accept: float = _TARGET_ACCEPT,
+        model: Any = None,
+        noise_rng: int | None = None,
+        row_data: Any = None,
+        nonprivate_diagnostics: bool = False,
+        blocked: bool = True,
+        rng: Any = None,
+    ) -> None:
+        self.temperature = check_temperature(temperature)
+        if float(normal_variance) != _PROVED_NORMAL_VARIANCE:
+            raise InvalidParameterError(
+                f"normal_variance={normal_variance}: the privacy bound of DP Barker (thesis "
+                "Thm 3.3) is proved for C = 2 only; leave normal_variance=2.0."
+            )
+        self.correction = BarkerCorrection.load(_PROVED_NORMAL_VARIANCE)
+        if not 0 < float(target_accept) < 1:
+            raise InvalidParameterError(f"target_accept must be in (0, 1), got {target_accept}.")
+        self.target_accept = float(target_accept)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+            raise InvalidParameterError(f"batch_size must be an integer, got {batch_size!r}.")
+        self.batch_size = int(batch_size)
+        super().__init__(
+            vars,
+            budget=budget,
+            model=model,
+            noise_rng=noise_rng,
+            row_data=row_data,
+            nonprivate_diagnostics=nonprivate_diagnostics,
+            blocked=blocked,
+            rng=rng,
+        )
+        self._cost = BarkerCost(self.batch_size, self.oracle.n_rows)  # checks b against n
+        scale = np.broadcast_to(np.asarray(proposal_scale, dtype=float), (self.oracle.ndim,))
+        if not np.all(np.isfinite(scale) & (scale > 0)):
+            raise InvalidParameterError("proposal_scale must be positive and finite.")
+        self.proposal_scale = scale.copy()
+
+    @property
+    def cost(self) -> BarkerCost:
+        return self._cost
+
+    def _spent(self, iterations: int) -> dict[str, float]:
+        epsilon = self.cost.epsilon(self.budget.delta, iterations) if iterations else 0.0
+        return {"epsilon_spent": float(epsilon)}
+
+    def _reset_adaptation(self) -> None:
+        self._log_scaling = 0.0
+        self._tune_steps = 0
+        self._last_logprior: tuple[np.ndarray, float] | None = None
+
+    def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        oracle = self.oracle
+        cached = self._last_logprior
+        if cached is not None and np.array_equal(cached[0], theta):
+            logprior = cached[1]
+        else:
+            logprior = oracle.logprior(theta)
+        test = partial(self._test, oracle)
+        scale = self.proposal_scale * np.exp(self._log_scaling)
+        new_state, info = barker_kernel(
+            BarkerState(theta, logprior), scale, self.rng, oracle.logprior, test
+        )
+        self._last_logprior = (new_state.theta, new_state.logprior)
+        if self.tune:  # Robbins–Monro on the log scale from acceptance flags (as DPPenalty)
+            self._tune_steps += 1
+            gain = _ADAPT_GAIN * self._tune_steps**-_ADAPT_DECAY
+            self._log_scaling += (float(info.accepted) - self.target_accept) * gain
+        stats = {
+            "accepted": info.accepted,
+            "jump": info.jump,
+            "llr_clipped_fraction": info.n_clipped / self.batch_size,  # NOT private
+            "batch_variance": info.batch_variance,  # NOT private
+        }
+        return new_state.theta, stats
+
+    def _test(self, oracle: Any, theta: np.ndarray, theta_new: np.ndarray, log_prior_ratio: float):
+        return barker_test(
+            oracle,
+            self.noise,
+            theta,
+            theta_new,
+            log_prior_ratio=log_prior_ratio,
+            batch_size=self.batch_size,
+            temperature=self.temperature,
+            correction=self.correction,
+            counter=self.counter,
+        )
+
+    def privacy_metadata(self) -> dict[str, Any]:
+        meta = super().privacy_metadata()
+        meta.update(
+            dp_batch_size=self.batch_size,
+            dp_sampling="without replacement, secret generator",
+            dp_llr_clip="sqrt(b)/n0 (fixed by the proof)",
+            dp_normal_variance=self.correction.normal_variance,
+            dp_correction_cdf_error=float(self.correction.cdf_error),
+            dp_temperature=self.temperature,
+        )
+        return meta

@@ -1,0 +1,246 @@
+"""DP Barker (SPEC §4.4): exactness on a tempered Gaussian, a negative control, plumbing."""
+
+from __future__ import annotations
+
+from functools import cache, partial
+
+import numpy as np
+import pytest
+
+import pymc_dp
+from pymc_dp import RowLikelihood
+from pymc_dp.barker_correction import BarkerCorrection
+from pymc_dp.errors import InvalidParameterError
+from pymc_dp.kernels.barker import BarkerState, barker_kernel
+from pymc_dp.mechanisms import BarkerVarianceError, NoiseSource, ReleaseCounter, barker_test
+from pymc_dp.testing import Banana
+
+SPEC = Banana(d=2, a=0.0)
+N, N0 = 100_000, 1000
+T = N0 / N
+# b = 4000 rows and proposals of 0.2 posterior sds: the clip bound √b/n0 = 0.063 is above all
+# but about 2 in 10⁵ per-row ratios (the typical largest of the 10⁵ rows is 0.03; measured
+# below), so the test is exact up to the correction's approximation error. (With 0.3 sds,
+# 0.2 % are clipped; with b = 1000, 1–4 %.)
+BATCH = 4000
+SCALE = 0.2
+
+
+@cache
+def tempered_setup():
+    data = SPEC.simulate(N, np.random.default_rng(1))
+    oracle = RowLikelihood(SPEC.model(data))
+    mean, var = SPEC.posterior_params(data, temperature=T)
+    return oracle, mean, np.sqrt(var)
+
+
+class NoCorrection:
+    """Negative control: Gaussian noise N(0, C) only, no V_corr (not Barker's logistic test)."""
+
+    normal_variance = 2.0
+
+    @staticmethod
+    def sample(generator, size=None):
+        return 0.0
+
+
+def run_chain(iterations: int, correction=None, seed: int = 2):
+    oracle, mean, sd = tempered_setup()
+    rng = np.random.default_rng(seed)
+    counter = ReleaseCounter()
+    test = partial(
+        barker_test,
+        oracle,
+        NoiseSource(seed + 1),
+        batch_size=BATCH,
+        temperature=T,
+        correction=correction or BarkerCorrection.load(2.0),
+        counter=counter,
+    )
+
+    def decision(theta, theta_new, log_prior_ratio):
+        return test(theta, theta_new, log_prior_ratio=log_prior_ratio)
+
+    state = BarkerState(mean.copy(), oracle.logprior(mean))
+    draws, accepted, clipped = [], 0, 0
+    for _ in range(iterations):
+        state, info = barker_kernel(state, SCALE * sd, rng, oracle.logprior, decision)
+        draws.append(state.theta)
+        accepted += info.accepted
+        clipped += info.n_clipped
+    assert counter.barker_tests == iterations
+    return np.array(draws)[iterations // 10 :], accepted / iterations, clipped
+
+
+def batch_means_se(x: np.ndarray, batches: int = 40) -> float:
+    means = x[: len(x) // batches * batches].reshape(batches, -1).mean(1)
+    return float(means.std(ddof=1) / np.sqrt(batches))
+
+
+@pytest.mark.slow
+def test_dp_barker_targets_the_tempered_posterior():
+    _, mean, sd = tempered_setup()
+    draws, acceptance, clipped = run_chain(30_000)
+    assert clipped / (30_000 * BATCH) < 1e-4
+    assert 0.3 < acceptance < 0.95
+    for k in range(2):
+        se = batch_means_se(draws[:, k])
+        assert abs(draws[:, k].mean() - mean[k]) < 4 * se, (k, draws[:, k].mean(), mean[k], se)
+    np.testing.assert_allclose(draws.var(0) / sd**2, 1.0, atol=0.15)
+
+
+@pytest.mark.parametrize("corrected", [True, False], ids=["barker", "negative_control"])
+def test_acceptance_probability_is_the_logistic_function_of_the_log_ratio(corrected):
+    """Barker's test accepts with probability σ(λ) (logistic), which makes it exact.
+
+    Identical rows make every per-row ratio equal, so the batch estimate of λ is exact and
+    σ_b² = 0: the acceptance probability must be σ(λ) up to the correction's 6e-4 CDF error.
+    Without V_corr (negative control) it is Φ(λ/√2), visibly different at λ = 1.5.
+    """
+    from scipy.special import expit
+    from scipy.stats import norm
+
+    data = np.full((1000, 2), [0.5, 3.0])
+    oracle = RowLikelihood(SPEC.model(data))
+    theta = np.array([0.0, 3.0])
+    theta_new = np.array([0.4, 3.0])  # ℓ(θ') − ℓ(θ) = 1000 · (0.5² − 0.1²) / (2 · 20) = 6
+    lam = float(np.sum(oracle.loglik_rows(theta_new) - oracle.loglik_rows(theta)))
+    log_prior_ratio = 1.5 - lam  # a public term that sets λ = 1.5
+    correction = BarkerCorrection.load(2.0) if corrected else NoCorrection()
+    noise = NoiseSource(11)
+    draws = 20_000
+    accepted = np.mean(
+        [
+            barker_test(
+                oracle,
+                noise,
+                theta,
+                theta_new,
+                log_prior_ratio=log_prior_ratio,
+                batch_size=100,
+                temperature=1.0,
+                correction=correction,
+            ).accepted
+            for _ in range(draws)
+        ]
+    )
+    se = np.sqrt(expit(1.5) * (1 - expit(1.5)) / draws)
+    if corrected:
+        assert abs(accepted - expit(1.5)) < 4 * se + 6e-4, (accepted, expit(1.5))
+    else:  # Φ(1.5/√2) = 0.856 against σ(1.5) = 0.818: about 16 standard errors apart
+        assert abs(accepted - norm.cdf(1.5 / np.sqrt(2))) < 4 * se
+        assert abs(accepted - expit(1.5)) > 8 * se
+
+
+def test_only_the_batch_is_read_and_batches_are_secret():
+    oracle, mean, sd = tempered_setup()
+    correction = BarkerCorrection.load(2.0)
+
+    def decide(source, theta_new):
+        before = oracle.rows_read
+        result = barker_test(
+            oracle,
+            source,
+            mean,
+            theta_new,
+            log_prior_ratio=0.0,
+            batch_size=64,
+            temperature=T,
+            correction=correction,
+        )
+        assert oracle.rows_read - before == 2 * 64  # the batch at θ and at θ', nothing else
+        return result
+
+    decide(NoiseSource(), mean + 0.1 * sd)
+    # the same noise seed gives the same batch and noise, hence the same decision stream
+    a = [decide(NoiseSource(5), mean + 0.5 * sd).accepted for _ in range(5)]
+    b = [decide(NoiseSource(5), mean + 0.5 * sd).accepted for _ in range(5)]
+    assert a == b
+
+
+def test_an_uncorrectable_batch_variance_raises_instead_of_deciding():
+    oracle, mean, sd = tempered_setup()
+
+    class SmallVariance(NoCorrection):
+        normal_variance = 1e-9  # no batch variance fits under it
+
+    with pytest.raises(BarkerVarianceError, match="exceeds the normal variance C"):
+        barker_test(
+            oracle,
+            NoiseSource(0),
+            mean,
+            mean + sd,
+            log_prior_ratio=0.0,
+            batch_size=100,
+            temperature=T,
+            correction=SmallVariance(),
+        )
+
+
+@cache
+def small_model():
+    data = SPEC.simulate(2000, np.random.default_rng(3))
+    return SPEC.model(data), data
+
+
+def test_dp_barker_step_plumbing_and_accounting():
+    model, data = small_model()
+    mean, var = SPEC.posterior_params(data, temperature=0.1)
+    budget = pymc_dp.PrivacyBudget(epsilon=2.0, delta=1e-6)
+    with model:
+        step = pymc_dp.DPBarker(
+            budget=budget,
+            batch_size=100,
+            proposal_scale=0.3 * np.sqrt(var),
+            temperature=0.1,
+            noise_rng=4,
+        )
+    allowed = budget.iterations_per_chain(step.cost, 2)
+    assert allowed == budget.iterations(step.cost) // 2
+    before = step.oracle.rows_read
+    idata = pymc_dp.sample(
+        step,
+        chains=2,
+        cores=1,
+        progressbar=False,
+        compute_convergence_checks=False,
+        initvals={"theta": mean},
+    )
+    assert set(idata.sample_stats.data_vars) == {"accepted", "jump", "epsilon_spent"}
+    per_chain = idata.posterior.sizes["draw"] + idata.posterior.attrs["tuning_steps"]
+    assert per_chain == allowed
+    assert step.counter.barker_tests == per_chain  # the last chain's own counter
+    assert step.oracle.rows_read - before <= 2 * 2 * per_chain * 100  # batches only
+    report = pymc_dp.privacy_report(idata, show=False)
+    assert report["dp_epsilon_spent"] <= 2.0
+    assert report["dp_epsilon_spent"] == pytest.approx(step.cost.epsilon(1e-6, 2 * per_chain))
+    assert report["dp_batch_size"] == 100 and report["dp_step"] == "DPBarker"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"normal_variance": 1.0}, "proved for C = 2 only"),
+        ({"batch_size": 2.5}, "batch_size must be an integer"),
+        ({"batch_size": 5}, "batch_size"),
+        ({"temperature": 2.0}, r"temperature must be in \(0, 1\]"),
+        ({"proposal_scale": -1.0}, "proposal_scale must be positive"),
+    ],
+)
+def test_bad_arguments_get_clear_errors(kwargs, message):
+    model, _ = small_model()
+    args = {"budget": pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-6), "batch_size": 100}
+    with model, pytest.raises(InvalidParameterError, match=message):
+        pymc_dp.DPBarker(**{**args, **kwargs})
+
+
+def test_few_ratios_reach_the_clip_bound_in_the_exactness_regime():
+    oracle, mean, sd = tempered_setup()
+    rng = np.random.default_rng(9)
+    shares = []
+    for _ in range(20):
+        theta = mean + sd * rng.standard_normal(2)
+        theta_new = theta + SCALE * sd * rng.standard_normal(2)
+        ratio = oracle.loglik_rows(theta_new) - oracle.loglik_rows(theta)
+        shares.append(np.mean(np.abs(ratio) > np.sqrt(BATCH) / N0))
+    assert np.mean(shares) < 1e-4 and np.max(shares) < 1e-3, shares
