@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DualAverage", "MassWindows"]
+__all__ = ["DualAverage", "MassWindows", "ScaleAdaptation"]
 
 
 class DualAverage:
@@ -100,3 +100,30 @@ class MassWindows:
             self._window = left if left < 3 * self._window else self._window
         inv_mass = (m / (m + 5.0)) * variance + 1e-3 * (5.0 / (m + 5.0))
         return inv_mass if np.all(np.isfinite(inv_mass) & (inv_mass > 0)) else None
+
+
+class ScaleAdaptation:
+    """Random-walk scale toward a target acceptance rate, from acceptance flags.
+
+    A Robbins–Monro recursion on the log scale, ``log s ← log s + c (a_t − target) t^(−0.6)``
+    with ``c = 3``: a large early gain, so that a chain started far from the posterior grows or
+    shrinks its steps within tens of iterations (a budget rarely allows more than a few
+    hundred), vanishing later so that the scale settles.
+    """
+
+    gain = 3.0
+    decay = 0.6
+
+    def __init__(self, target: float) -> None:
+        self.target = target
+        self.log_factor = 0.0
+        self._count = 0
+
+    def update(self, accepted: bool) -> None:
+        self._count += 1
+        self.log_factor += (float(accepted) - self.target) * self.gain * self._count**-self.decay
+
+    @property
+    def factor(self) -> float:
+        """Multiplier of the user's proposal scale."""
+        return float(np.exp(self.log_factor))

@@ -12,13 +12,12 @@ from pymc_dp.barker_correction import BarkerCorrection
 from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.barker import BarkerState, barker_kernel
 from pymc_dp.mechanisms import barker_test
-from pymc_dp.step_methods.base import DPStep, check_temperature
+from pymc_dp.step_methods.adaptation import ScaleAdaptation
+from pymc_dp.step_methods.base import DPStep, check_proposal_scale, check_temperature
 
 __all__ = ["DPBarker"]
 
 _TARGET_ACCEPT = 0.234  # random-walk proposals
-_ADAPT_GAIN = 3.0
-_ADAPT_DECAY = 0.6
 # Thesis Thm 3.3 bounds the privacy of the test for total normal variance C = 2.
 _PROVED_NORMAL_VARIANCE = 2.0
 
@@ -107,10 +106,7 @@ class DPBarker(DPStep):
             rng=rng,
         )
         self._cost = BarkerCost(self.batch_size, self.oracle.n_rows)  # checks b against n
-        scale = np.broadcast_to(np.asarray(proposal_scale, dtype=float), (self.oracle.ndim,))
-        if not np.all(np.isfinite(scale) & (scale > 0)):
-            raise InvalidParameterError("proposal_scale must be positive and finite.")
-        self.proposal_scale = scale.copy()
+        self.proposal_scale = check_proposal_scale(proposal_scale, self.oracle.ndim)
 
     @property
     def cost(self) -> BarkerCost:
@@ -121,27 +117,21 @@ class DPBarker(DPStep):
         return {"epsilon_spent": float(epsilon)}
 
     def _reset_adaptation(self) -> None:
-        self._log_scaling = 0.0
-        self._tune_steps = 0
-        self._last_logprior: tuple[np.ndarray, float] | None = None
+        self._scale = ScaleAdaptation(self.target_accept)
 
     def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         oracle = self.oracle
-        cached = self._last_logprior
-        if cached is not None and np.array_equal(cached[0], theta):
-            logprior = cached[1]
-        else:
-            logprior = oracle.logprior(theta)
         test = partial(self._test, oracle)
-        scale = self.proposal_scale * np.exp(self._log_scaling)
         new_state, info = barker_kernel(
-            BarkerState(theta, logprior), scale, self.rng, oracle.logprior, test
+            BarkerState(theta, self._logprior_at(theta)),
+            self.proposal_scale * self._scale.factor,
+            self.rng,
+            oracle.logprior,
+            test,
         )
-        self._last_logprior = (new_state.theta, new_state.logprior)
-        if self.tune:  # Robbins–Monro on the log scale from acceptance flags (as DPPenalty)
-            self._tune_steps += 1
-            gain = _ADAPT_GAIN * self._tune_steps**-_ADAPT_DECAY
-            self._log_scaling += (float(info.accepted) - self.target_accept) * gain
+        self._remember_logprior(new_state.theta, new_state.logprior)
+        if self.tune:  # acceptance flags are released: tuning on them is free
+            self._scale.update(info.accepted)
         stats = {
             "accepted": info.accepted,
             "jump": info.jump,

@@ -27,7 +27,7 @@ from pymc_dp.errors import BudgetExceededError, InvalidParameterError, PrivacyLe
 from pymc_dp.mechanisms import NoiseSource, ReleaseCounter
 from pymc_dp.oracle import RowLikelihood
 
-__all__ = ["DPStep", "check_temperature", "positive_float"]
+__all__ = ["DPStep", "check_proposal_scale", "check_temperature", "positive_float"]
 
 # Iterations reserved at a time when no sampling plan was given (plain ``pm.sample``).
 _RESERVATION_BLOCK = 100
@@ -112,6 +112,16 @@ class DPStep(BlockedStep):
     def _reset_adaptation(self) -> None:
         """Reset per-chain adaptation state (subclasses with tuning override)."""
 
+    def _logprior_at(self, theta: np.ndarray) -> float:
+        """``log p(θ)``, reusing the value of the state the last iteration ended in."""
+        cached = self._last_logprior
+        if cached is not None and np.array_equal(cached[0], theta):
+            return cached[1]
+        return self.oracle.logprior(theta)
+
+    def _remember_logprior(self, theta: np.ndarray, logprior: float) -> None:
+        self._last_logprior = (theta, logprior)
+
     # ---------------------------------------------------------------- planning
 
     def sampling_kwargs(self, chains: int = 4, tune_fraction: float = 0.5) -> dict[str, int]:
@@ -163,6 +173,7 @@ class DPStep(BlockedStep):
             self.noise = NoiseSource(np.random.SeedSequence([int(self._noise_seed), *words]))
         self.counter = ReleaseCounter()
         self.oracle.clear_cache()  # public data may have changed between runs
+        self._last_logprior: tuple[np.ndarray, float] | None = None
         self._reservation = None
         self._reserved = 0
         self._iteration = 0
@@ -264,3 +275,16 @@ def check_temperature(temperature: Any) -> float:
     if not 0 < float(temperature) <= 1:
         raise InvalidParameterError(f"temperature must be in (0, 1], got {temperature}.")
     return float(temperature)
+
+
+def check_proposal_scale(value: Any, ndim: int) -> np.ndarray:
+    """A positive, finite random-walk scale per coordinate (a scalar is broadcast)."""
+    try:
+        scale = np.broadcast_to(np.asarray(value, dtype=float), (ndim,))
+    except ValueError:
+        raise InvalidParameterError(
+            f"proposal_scale has shape {np.shape(value)}; give a scalar or {ndim} values."
+        ) from None
+    if not np.all(np.isfinite(scale) & (scale > 0)):
+        raise InvalidParameterError("proposal_scale must be positive and finite.")
+    return scale.copy()

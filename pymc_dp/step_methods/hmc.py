@@ -193,7 +193,6 @@ class DPHMC(DPStep):
         stop_at = None if tune is None else tune - _FINAL_STEP_SIZE_ONLY
         self._windows = MassWindows(self.oracle.ndim, stop_at=stop_at)
         self._tuned_step = self.step_size
-        self._last_logprior: tuple[np.ndarray, float] | None = None
 
     def stop_tuning(self) -> None:
         """End of tuning: keep the averaged step size (and the mass of the last full window)."""
@@ -221,11 +220,7 @@ class DPHMC(DPStep):
 
     def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         oracle = self.oracle
-        cached = self._last_logprior
-        if cached is not None and np.array_equal(cached[0], theta):
-            logprior = cached[1]
-        else:
-            logprior = oracle.logprior(theta)
+        logprior = self._logprior_at(theta)
         step_size = self._base_step_size()
         if self.step_jitter:
             step_size *= self.rng.uniform(1.0 - self.step_jitter, 1.0 + self.step_jitter)
@@ -243,7 +238,7 @@ class DPHMC(DPStep):
         new_state, info = hmc_kernel(
             HMCState(theta, logprior), params, self.rng, oracle.logprior, self._noisy_grad, release
         )
-        self._last_logprior = (new_state.theta, new_state.logprior)
+        self._remember_logprior(new_state.theta, new_state.logprior)
         if self.tune:
             self._adapt(info.accepted, new_state.theta)
         stats = {

@@ -11,17 +11,18 @@ from pymc_dp.accounting import GaussianCost
 from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.penalty import PenaltyParams, PenaltyState, penalty_kernel
 from pymc_dp.mechanisms import release_llr
-from pymc_dp.step_methods.base import DPStep, check_temperature, positive_float
+from pymc_dp.step_methods.adaptation import ScaleAdaptation
+from pymc_dp.step_methods.base import (
+    DPStep,
+    check_proposal_scale,
+    check_temperature,
+    positive_float,
+)
 
 __all__ = ["DPPenalty"]
 
 # Acceptance-rate targets: the optimal rates of random-walk Metropolis in many dimensions (0.234)
-# and of one-dimensional updates (0.44). Tuning is a Robbins–Monro recursion on the log scale,
-# ``log s ← log s + c (a_t − target) t^(−0.6)``, driven by the acceptance flags ``a_t``: a large
-# early gain, so that a chain started far from the posterior grows or shrinks its steps within
-# tens of iterations (the budget rarely allows more than a few hundred), vanishing later.
-_ADAPT_GAIN = 3.0
-_ADAPT_DECAY = 0.6
+# and of one-dimensional updates (0.44).
 _TARGET_RW = 0.234
 _TARGET_OCU = 0.44
 
@@ -113,32 +114,21 @@ class DPPenalty(DPStep):
         n = self.oracle.n_rows
         z = noise_multiplier if tau is None else positive_float(tau, "tau") * np.sqrt(n)
         self.noise_multiplier = positive_float(z, "noise_multiplier")
-        scale = np.broadcast_to(np.asarray(proposal_scale, dtype=float), (self.oracle.ndim,))
-        if not np.all(np.isfinite(scale) & (scale > 0)):
-            raise InvalidParameterError("proposal_scale must be positive and finite.")
-        self.proposal_scale = scale.copy()
+        self.proposal_scale = check_proposal_scale(proposal_scale, self.oracle.ndim)
 
     @property
     def cost(self) -> GaussianCost:
         return GaussianCost.from_noise_multiplier(self.noise_multiplier)
 
     def _reset_adaptation(self) -> None:
-        self._log_scaling = 0.0
-        self._tune_steps = 0
+        self._scale = ScaleAdaptation(self.target_accept)
         self._directions = np.ones(self.oracle.ndim)
-        self._last_logprior: tuple[np.ndarray, float] | None = None  # (θ, log p(θ)) of last state
 
     def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         oracle = self.oracle
-        cached = self._last_logprior
-        if cached is not None and np.array_equal(cached[0], theta):
-            logprior = cached[1]
-        else:
-            logprior = oracle.logprior(theta)
-        state = PenaltyState(theta, logprior, self._directions)
-        params = PenaltyParams(
-            self.proposal_scale * np.exp(self._log_scaling), self.one_component, self.guided
-        )
+        state = PenaltyState(theta, self._logprior_at(theta), self._directions)
+        scale = self.proposal_scale * self._scale.factor
+        params = PenaltyParams(scale, self.one_component, self.guided)
         release = partial(
             release_llr,
             oracle,
@@ -150,24 +140,15 @@ class DPPenalty(DPStep):
         )
         new_state, info = penalty_kernel(state, params, self.rng, oracle.logprior, release)
         self._directions = new_state.directions
-        self._last_logprior = (new_state.theta, new_state.logprior)
-        if self.tune:
-            self._adapt(info.accepted)
+        self._remember_logprior(new_state.theta, new_state.logprior)
+        if self.tune:  # acceptance flags are released: tuning on them is free
+            self._scale.update(info.accepted)
         stats = {
             "accepted": info.accepted,
             "jump": info.jump,
             "llr_clipped_fraction": info.n_clipped / oracle.n_rows,  # NOT private
         }
         return new_state.theta, stats
-
-    def _adapt(self, accepted: bool) -> None:
-        """Scale the proposal toward ``target_accept`` from acceptance flags (released: free).
-
-        A per-iteration Robbins–Monro step on the log scale with gain ``3 t^(−0.6)``.
-        """
-        self._tune_steps += 1
-        gain = _ADAPT_GAIN * self._tune_steps**-_ADAPT_DECAY
-        self._log_scaling += (float(accepted) - self.target_accept) * gain
 
     def privacy_metadata(self) -> dict[str, Any]:
         meta = super().privacy_metadata()
