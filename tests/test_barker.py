@@ -244,3 +244,31 @@ def test_few_ratios_reach_the_clip_bound_in_the_exactness_regime():
         ratio = oracle.loglik_rows(theta_new) - oracle.loglik_rows(theta)
         shares.append(np.mean(np.abs(ratio) > np.sqrt(BATCH) / N0))
     assert np.mean(shares) < 1e-4 and np.max(shares) < 1e-3, shares
+
+
+@pytest.mark.slow
+def test_parallel_dp_barker_chains_in_spawned_processes_respect_the_budget():
+    model, data = small_model()
+    mean, var = SPEC.posterior_params(data, temperature=0.1)
+    budget = pymc_dp.PrivacyBudget(epsilon=3.0, delta=1e-6)
+    with model:
+        step = pymc_dp.DPBarker(
+            budget=budget, batch_size=100, proposal_scale=0.3 * np.sqrt(var), temperature=0.1
+        )
+    per_chain = budget.iterations_per_chain(step.cost, 2)
+    idata = pymc_dp.sample(
+        step,
+        chains=2,
+        cores=2,
+        mp_ctx="spawn",
+        progressbar=False,
+        compute_convergence_checks=False,
+        initvals={"theta": mean},
+    )
+    assert idata.posterior.sizes["draw"] + idata.posterior.attrs["tuning_steps"] == per_chain
+    report = budget.report()  # the parent sees the workers' reservations
+    assert report.reserved_iterations == 2 * per_chain
+    assert report.spent_epsilon <= 3.0
+    assert budget.iterations(step.cost) < 2  # nothing left for another iteration per chain
+    last = idata.sample_stats.epsilon_spent.values[:, -1]
+    np.testing.assert_allclose(last, step.cost.epsilon(1e-6, per_chain), rtol=1e-9)
