@@ -620,6 +620,11 @@ class RowLikelihood:
         state["_loglik_cache"] = []
         return state
 
+    @property
+    def row_variables(self) -> list[Variable]:
+        """The graph inputs that hold row data (observed values and row-aligned data)."""
+        return [r.variable for r in self._rows]
+
     # ------------------------------------------------------------------ parameter vector
 
     def ravel(self, point: dict[str, Any]) -> np.ndarray:

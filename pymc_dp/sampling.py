@@ -138,9 +138,6 @@ def sample(
 
 
 def _refuse_leaky_options(kwargs: dict[str, Any]) -> None:
-    for name in ("step", "draws", "tune", "chains"):
-        if name in kwargs:  # pragma: no cover - these are named parameters above
-            raise InvalidParameterError(f"{name} is set by pymc_dp.sample itself.")
     if kwargs.get("return_inferencedata", True) is not True:
         raise PrivacyLeakError(
             "return_inferencedata=False is not supported: a MultiTrace carries no privacy "
@@ -163,7 +160,7 @@ def _refuse_leaky_options(kwargs: dict[str, Any]) -> None:
 def check_deterministics(model: pm.Model, step: DPStep) -> None:
     """Refuse ``pm.Deterministic``s that read row data: they would be stored without noise."""
     n = step.oracle.n_rows
-    private = {r.variable for r in step.oracle._rows} | set(model.observed_RVs)
+    private = set(step.oracle.row_variables) | set(model.observed_RVs)
     for det in model.deterministics:
         leaves = set(ancestors([det]))
         reads = [v for v in leaves if v in private or _is_row_leaf(v, n)]
