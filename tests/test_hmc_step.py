@@ -120,6 +120,36 @@ def test_tuning_stops_and_nothing_adapts_afterwards():
     assert not np.allclose(frozen["inv_mass"], 1.0 / step.mass_diag)  # it had adapted
 
 
+def test_a_planned_tuning_length_closes_the_last_mass_window_before_its_end():
+    # with pymc_dp.sample the tuning length is known at each chain start, so the last mass
+    # window closes 100 iterations before the end of tuning, leaving a step-size-only phase
+    model, step = make_step(epsilon=400.0, step_jitter=False, noise_rng=5)
+    changes = []
+    adapt = step._adapt
+
+    def record(accepted, theta):
+        before = step._inv_mass.copy()
+        adapt(accepted, theta)
+        if not np.array_equal(before, step._inv_mass):
+            changes.append(step._iteration + 1)
+
+    step._adapt = record
+    with model:
+        plan = step.sampling_kwargs(chains=1, tune_fraction=0.5)
+    assert plan["tune"] > 300, plan  # room for several windows
+    with model:
+        pymc_dp.sample(
+            step,
+            chains=1,
+            cores=1,
+            progressbar=False,
+            random_seed=3,
+            initvals={"theta": GAUSSIAN.posterior_params(gaussian_data())[0]},
+        )
+    assert changes, "the mass never adapted"
+    assert changes[-1] == plan["tune"] - 100, (changes, plan)
+
+
 def test_a_step_reused_for_parallel_chains_tunes_again():
     model, step = make_step(step_jitter=False, noise_rng=3)
     sample(model, step, cores=1, chains=1, tune=50, draws=10)  # leaves step.tune = False
