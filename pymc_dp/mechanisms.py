@@ -28,8 +28,11 @@ __all__ = [
     "Release",
     "ReleaseCounter",
     "barker_test",
+    "minibatch_llr_estimate",
+    "minibatch_llr_sensitivity",
     "release_grad",
     "release_llr",
+    "release_llr_minibatch",
 ]
 
 
@@ -77,6 +80,7 @@ class ReleaseCounter:
     llr_releases: int = 0
     grad_releases: int = 0
     barker_tests: int = 0  # subsampled tests: accounted in RDP, not in mu
+    minibatch_llr_releases: int = 0  # subsampled Gaussian releases: PLD accounted, not in mu
     mu: float = 0.0
 
     def add(self, kind: str, noise_multiplier: float) -> None:
@@ -156,6 +160,85 @@ def release_grad(
     sigma = z * 2.0 * float(grad_clip)
     value = temperature * (clipped.value + noise.normal(sigma, clipped.value.shape[0]))
     return Release(value, temperature * sigma, clipped.n_clipped)
+
+
+def minibatch_llr_estimate(
+    ratio: np.ndarray, *, n_rows: int, temperature: float
+) -> tuple[float, float]:
+    """``λ* = s Σ_j r_j`` and its variance estimate ``σ_b²`` from a batch's clipped ratios.
+
+    ``s = nT/b``; ``σ_b² = (1 − q) s² b/(b − 1) (Σ r_j² − (Σ r_j)²/b)`` is the unbiased
+    estimate of ``Var(λ*)`` under sampling without replacement (``q = b/n``; the thesis' form
+    without the finite-population factor and with ``b`` for ``b − 1`` differs by ``O(1/b + q)``).
+    """
+    b, n = ratio.shape[0], int(n_rows)
+    s = n * temperature / b
+    total = float(ratio.sum())
+    spread = max(float(np.dot(ratio, ratio)) - total * total / b, 0.0)
+    return s * total, (1.0 - b / n) * s * s * spread * b / (b - 1)
+
+
+def minibatch_llr_sensitivity(bound: float, *, batch_size: int, n_rows: int, temperature: float):
+    """Substitute-relation sensitivity ``c`` of the minibatch penalty release (SPEC §4.2).
+
+    The release is ``λ* − ½σ_b²`` with ``λ* = s Σ_{j∈B} r_j``, ``s = nT/b`` and ``σ_b²`` the
+    (finite-population-corrected, unbiased) variance estimate of ``λ*``,
+    ``σ_b² = (1 − q) · s² · b/(b − 1) · (Σ r_j² − (Σ r_j)²/b)``, ``q = b/n``. With
+    ``|r_j| ≤ B`` and the batch differing in one row:
+
+    * ``Δλ = 2 s B`` (thesis Thm 3.5);
+    * ``½ Δ(Σ r_j² − (Σ r_j)²/b) ≤ 3 (b − 1) B² / b`` (thesis Lemma 3.4; the proof gives
+      ``2.5 (b − 1)/b``, we keep the published constant), so
+      ``½ Δσ_b² ≤ 3 (1 − q) s² B²``.
+
+    Returns ``c = 2 s B + 3 (1 − q) s² B²``. For ``b = n`` it is ``2TB``, the full-data DP
+    penalty's sensitivity, and the variance term vanishes.
+    """
+    b, n = int(batch_size), int(n_rows)
+    s = n * temperature / b
+    return 2.0 * s * bound + 3.0 * (1.0 - b / n) * s * s * bound * bound
+
+
+def release_llr_minibatch(
+    oracle: RowLikelihood,
+    noise: NoiseSource,
+    theta: np.ndarray,
+    theta_new: np.ndarray,
+    *,
+    batch_size: int,
+    llr_clip: float,
+    noise_multiplier: float,
+    temperature: float = 1.0,
+    counter: ReleaseCounter | None = None,
+    variance_correction: bool = True,
+) -> Release:
+    """Noisy minibatch estimate of the tempered log-likelihood ratio (SPEC §4.2, thesis §3.4).
+
+    Draws ``b`` rows without replacement from the secret generator, reads only those rows at
+    ``θ`` and ``θ'``, clips ``r_j = ℓ_j(θ') − ℓ_j(θ)`` to ``±B`` (``B = b_l ‖θ' − θ‖₂``) and
+    releases ``λ* − ½σ_b² + ξ`` with ``λ* = (nT/b) Σ r_j``, ``σ_b²`` its variance estimate
+    (see :func:`minibatch_llr_sensitivity`) and ``ξ ~ N(0, σ²)``, ``σ = z c``. The penalty test
+    then subtracts ``½σ²``, so in total ``½(σ² + σ_b²)`` as SPEC §4.2. Privacy: one subsampled
+    Gaussian mechanism with multiplier ``z`` and ratio ``q = b/n`` (``SubsampledGaussianCost``).
+    ``variance_correction=False`` leaves out ``−½σ_b²`` (only for the tests' negative control).
+    """
+    z = _check_multiplier(noise_multiplier, "noise_multiplier")
+    n, b = oracle.n_rows, int(batch_size)
+    bound = float(llr_clip) * float(np.linalg.norm(np.asarray(theta_new) - np.asarray(theta)))
+    if counter is not None:
+        counter.minibatch_llr_releases += 1
+    if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
+        return Release(0.0, 0.0, 0)
+    rows = noise.generator.choice(n, size=b, replace=False)  # secret: never from random_seed
+    ratio = oracle.loglik_rows(theta_new, rows) - oracle.loglik_rows(theta, rows)
+    n_clipped = int(np.sum(~(np.abs(ratio) <= bound)))  # NaN counts as clipped
+    ratio = np.clip(np.where(np.isnan(ratio), -bound, ratio), -bound, bound)
+    estimate, batch_variance = minibatch_llr_estimate(ratio, n_rows=n, temperature=temperature)
+    sigma = z * minibatch_llr_sensitivity(bound, batch_size=b, n_rows=n, temperature=temperature)
+    value = estimate + noise.normal(sigma)
+    if variance_correction:
+        value -= 0.5 * batch_variance
+    return Release(value, sigma, n_clipped)
 
 
 class BarkerDecision(NamedTuple):

@@ -49,7 +49,9 @@ def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[s
         )
     else:
         meta.update(
-            dp_accountant=f"RDP: {step.cost.describe()} (pymc_dp.accounting, SPEC §3)",
+            dp_accountant=(
+                f"{step.cost.accountant}: {step.cost.describe()} (pymc_dp.accounting, SPEC §3)"
+            ),
             dp_epsilon_spent=float(step.cost.epsilon(budget.delta, total)) if total else 0.0,
         )
     meta.update(

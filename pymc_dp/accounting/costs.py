@@ -62,6 +62,8 @@ class PrivacyCost(abc.ABC):
 
     #: Short name stored in the ledger.
     kind: ClassVar[str]
+    #: How ε is computed, for reports.
+    accountant: ClassVar[str]
 
     @abc.abstractmethod
     def epsilon(self, delta: float, iterations: int) -> float:
@@ -107,6 +109,7 @@ class GaussianCost(PrivacyCost):
 
     mu: float
     kind: ClassVar[str] = "gaussian"
+    accountant: ClassVar[str] = "tight Gaussian PLD composition"
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -172,6 +175,7 @@ class SubsampledGaussianCost(PrivacyCost):
     noise_multiplier: float
     sampling_ratio: float
     kind: ClassVar[str] = "subsampled_gaussian"
+    accountant: ClassVar[str] = "numerical PLD composition (dp_accounting)"
 
     def __post_init__(self) -> None:
         z, q = _sub._check_zq(self.noise_multiplier, self.sampling_ratio)
@@ -221,6 +225,7 @@ class BarkerCost(PrivacyCost):
     batch_size: int
     n: int
     kind: ClassVar[str] = "barker"
+    accountant: ClassVar[str] = "RDP with subsampling amplification"
 
     def __post_init__(self) -> None:
         b, n_rows = _rdp._check_barker(self.batch_size, self.n)

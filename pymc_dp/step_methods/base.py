@@ -239,11 +239,34 @@ class DPStep(BlockedStep):
         """What the accountant charges this chain after ``iterations`` (its ``μ`` and ε at δ).
 
         Every iteration costs its full ``μ``, even one that made fewer releases (a diverging
-        DP-HMC trajectory stops early).
+        DP-HMC trajectory stops early). A cost that is not a plain Gaussian (a subsampled
+        release) has no ``μ``; its ε is composed numerically (about 0.2 s per evaluation), so it
+        is evaluated only at powers of two and at the chain's reservation, and iteration ``k``
+        reports the value at the next such point: an upper bound (ε grows with ``k``) that is
+        exact at the end of a planned chain.
         """
-        mu = iterations * self.cost.mu
+        mu_per_iteration = self.cost.gaussian_mu()
+        if mu_per_iteration is None:
+            return {"epsilon_spent": self._epsilon_at_most(iterations)}
+        mu = iterations * mu_per_iteration
         epsilon = float(gaussian_epsilon(self.budget.delta, mu)) if mu > 0 else 0.0
         return {"mu_spent": mu, "epsilon_spent": epsilon}
+
+    def _epsilon_at_most(self, iterations: int) -> float:
+        if iterations <= 0:
+            return 0.0
+        point = min(1 << (iterations - 1).bit_length(), max(self._reserved, iterations))
+        key = (self.cost, self.budget.delta, point)
+        cache = self.__dict__.setdefault("_epsilon_points", {})
+        if key not in cache:
+            cache[key] = float(self.cost.epsilon(self.budget.delta, point))
+        return cache[key]
+
+    def _drop_stats(self, *names: str) -> None:
+        """Leave ``names`` out of this step's sample stats (e.g. ``mu_spent`` of a non-Gaussian)."""
+        shapes = {k: v for k, v in self.stats_dtypes_shapes.items() if k not in names}
+        self.stats_dtypes_shapes = shapes
+        self.stats_dtypes = [{name: dtype for name, (dtype, _) in shapes.items()}]
 
     def privacy_metadata(self) -> dict[str, Any]:
         """A flat dict of scalars and strings: mechanism, parameters, budget, n, what was spent."""

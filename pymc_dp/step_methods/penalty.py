@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pymc_dp.accounting import GaussianCost
+from pymc_dp.accounting import GaussianCost, SubsampledGaussianCost
 from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.penalty import PenaltyParams, PenaltyState, penalty_kernel
-from pymc_dp.mechanisms import release_llr
+from pymc_dp.mechanisms import release_llr, release_llr_minibatch
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
 from pymc_dp.step_methods.base import (
     DPStep,
@@ -28,12 +28,21 @@ _TARGET_OCU = 0.44
 
 
 class DPPenalty(DPStep):
-    """Differentially private penalty-method Metropolis–Hastings (SPEC §4.1).
+    """Differentially private penalty-method Metropolis–Hastings (SPEC §4.1, §4.2).
 
     Each iteration proposes ``θ'`` and releases the clipped, tempered log-likelihood ratio
     ``T · Σ_i clip(ℓ_i(θ') − ℓ_i(θ), ±b_l ‖θ' − θ‖)`` with Gaussian noise of standard deviation
     ``σ = z · 2 T b_l ‖θ' − θ‖``; it accepts iff ``log U < λ + ξ − σ²/2``. One Gaussian mechanism
     per iteration: PLD parameter ``μ = 1/(2z²)``. Exact posterior when no ratio is clipped.
+
+    With ``batch_size=b`` it is the *minibatch* DP penalty (SPEC §4.2, thesis §3.4): each
+    iteration reads only ``b`` rows drawn secretly without replacement, releases
+    ``λ* − ½σ_b² + ξ`` with ``λ* = (nT/b) Σ_{j∈B} r_j`` and ``σ_b²`` its estimated variance,
+    ``ξ ~ N(0, σ²)``, ``σ = z · c`` with ``c = 2sB + 3(1 − b/n)s²B²``, ``s = nT/b``,
+    ``B = b_l ‖θ' − θ‖`` (thesis Lemma 3.4, Thm 3.5); accounted as a subsampled Gaussian with
+    multiplier ``z`` and ratio ``q = b/n`` (tight PLD). The test is then exact only as far as
+    ``λ*`` is normal (large batches); the noise grows with ``n T``, so it is useful with
+    tempering (``T = n0/n``), as the seeds found.
 
     Parameters
     ----------
@@ -49,7 +58,10 @@ class DPPenalty(DPStep):
     noise_multiplier : float, optional
         ``z = σ / Δ``. Give exactly one of ``noise_multiplier`` and ``tau``.
     tau : float, optional
-        The seeds' parametrisation ``z = τ √n``.
+        The seeds' parametrisation ``z = τ √n`` (full-data steps only; the minibatch thesis writes
+        ``σ² = τ c²``, i.e. ``noise_multiplier = √τ``).
+    batch_size : int, optional
+        ``b``: rows per iteration for the minibatch penalty (``2 ≤ b ≤ n``). Default: all rows.
     proposal_scale : float or array, optional
         Random-walk standard deviation per coordinate (default 0.1), adapted during tuning from
         acceptance flags only (post-processing of released values).
@@ -62,9 +74,9 @@ class DPPenalty(DPStep):
     noise_rng : int, optional
         Seed for reproducible DP noise (tests, research). Default: OS entropy.
     nonprivate_diagnostics : bool
-        Also store ``llr_clipped_fraction`` (share of rows whose ratio was clipped) per
-        iteration. Computed from the data without noise: the release is then **not** DP, and
-        the privacy metadata say so.
+        Also store ``llr_clipped_fraction`` (share of rows, or of the batch, whose ratio was
+        clipped) per iteration. Computed from the data without noise: the release is then
+        **not** DP, and the privacy metadata say so.
     """
 
     name = "dp_penalty"
@@ -78,6 +90,7 @@ class DPPenalty(DPStep):
         llr_clip: float,
         noise_multiplier: float | None = None,
         tau: float | None = None,
+        batch_size: int | None = None,
         proposal_scale: float | np.ndarray = 0.1,
         one_component: bool = False,
         guided: bool = False,
@@ -95,6 +108,16 @@ class DPPenalty(DPStep):
                 "Give exactly one of noise_multiplier (z = σ/Δ) and tau (the seeds' form, "
                 "z = τ·√n)."
             )
+        if batch_size is not None:
+            if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+                raise InvalidParameterError(f"batch_size must be an integer, got {batch_size!r}.")
+            if tau is not None:
+                raise InvalidParameterError(
+                    "tau is the seeds' full-data form z = τ·√n; with batch_size give "
+                    "noise_multiplier instead (the minibatch thesis' σ² = τ·c² is "
+                    "noise_multiplier = √τ)."
+                )
+        self.batch_size = None if batch_size is None else int(batch_size)
         self.llr_clip = positive_float(llr_clip, "llr_clip")
         self.temperature = check_temperature(temperature)
         self.one_component = bool(one_component or guided)
@@ -115,10 +138,19 @@ class DPPenalty(DPStep):
         z = noise_multiplier if tau is None else positive_float(tau, "tau") * np.sqrt(n)
         self.noise_multiplier = positive_float(z, "noise_multiplier")
         self.proposal_scale = check_proposal_scale(proposal_scale, self.oracle.ndim)
+        if self.batch_size is not None:
+            if not 2 <= self.batch_size <= n:
+                raise InvalidParameterError(
+                    f"batch_size={self.batch_size} must be between 2 and the number of rows "
+                    f"n = {n}."
+                )
+            self._drop_stats("mu_spent")  # a subsampled release has no Gaussian μ
 
     @property
-    def cost(self) -> GaussianCost:
-        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
+    def cost(self) -> GaussianCost | SubsampledGaussianCost:
+        if self.batch_size is None:
+            return GaussianCost.from_noise_multiplier(self.noise_multiplier)
+        return SubsampledGaussianCost(self.noise_multiplier, self.batch_size / self.oracle.n_rows)
 
     def _reset_adaptation(self) -> None:
         self._scale = ScaleAdaptation(self.target_accept)
@@ -129,8 +161,14 @@ class DPPenalty(DPStep):
         state = PenaltyState(theta, self._logprior_at(theta), self._directions)
         scale = self.proposal_scale * self._scale.factor
         params = PenaltyParams(scale, self.one_component, self.guided)
+        mechanism, rows = release_llr, oracle.n_rows
+        if self.batch_size is not None:
+            mechanism, rows = (
+                partial(release_llr_minibatch, batch_size=self.batch_size),
+                self.batch_size,
+            )
         release = partial(
-            release_llr,
+            mechanism,
             oracle,
             self.noise,
             llr_clip=self.llr_clip,
@@ -146,7 +184,7 @@ class DPPenalty(DPStep):
         stats = {
             "accepted": info.accepted,
             "jump": info.jump,
-            "llr_clipped_fraction": info.n_clipped / oracle.n_rows,  # NOT private
+            "llr_clipped_fraction": info.n_clipped / rows,  # NOT private
         }
         return new_state.theta, stats
 
@@ -158,6 +196,12 @@ class DPPenalty(DPStep):
             dp_temperature=self.temperature,
             dp_one_component=int(self.one_component),
             dp_guided=int(self.guided),
-            dp_mu_per_iteration=self.cost.mu,
         )
+        if self.batch_size is None:
+            meta.update(dp_mu_per_iteration=self.cost.mu)
+        else:
+            meta.update(
+                dp_batch_size=self.batch_size,
+                dp_sampling="without replacement, secret generator",
+            )
         return meta
