@@ -94,7 +94,8 @@ def rdp_to_epsilon(
         Target δ in ``(0, 1)``.
     method : {"improved", "classic"}
         ``"improved"``: ``ε_RDP(α) + ln((α-1)/α) - (ln δ + ln α)/(α - 1)`` (Canonne, Kamath &
-        Steinke 2020, Prop. 12). ``"classic"``: ``ε_RDP(α) + ln(1/δ)/(α - 1)`` (Mironov 2017;
+        Steinke 2020, Prop. 12), and ε = 0 where ``δ² ≥ 1 − e^{−ε_RDP(α)}`` (the KL/total
+        variation bound). ``"classic"``: ``ε_RDP(α) + ln(1/δ)/(α - 1)`` (Mironov 2017;
         thesis Thm 2.5).
 
     Returns
@@ -119,6 +120,11 @@ def rdp_to_epsilon(
         else:
             raise InvalidParameterError(f"method must be 'improved' or 'classic'; got {method!r}.")
     eps = np.where(np.isfinite(r), eps, np.inf)
+    if method == "improved":
+        # Rényi divergences grow with the order, so each ε_RDP(α) bounds the KL divergence and
+        # the Bretagnolle–Huber bound TV ≤ √(1 − e^{−KL}) gives (0, δ)-DP when δ² ≥ 1 − e^{−r}
+        # (as dp_accounting's compute_epsilon).
+        eps = np.where(d * d + np.expm1(-r) > 0, 0.0, eps)
     i = int(np.argmin(eps))
     if not np.isfinite(eps[i]):
         return math.inf, math.nan

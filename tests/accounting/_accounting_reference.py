@@ -91,7 +91,9 @@ def wbk_thm9(alpha: int, q: float, base) -> mp.mpf:
 
 
 def improved_conversion(rdp: float, alpha: float, dlt: float) -> float:
-    """Canonne–Kamath–Steinke 2020 Prop. 12 conversion at one order."""
+    """Canonne–Kamath–Steinke 2020 Prop. 12 conversion at one order (0 under the KL bound)."""
+    if dlt**2 > -math.expm1(-rdp):  # TV ≤ √(1 − e^{−KL}) ≤ δ: (0, δ)-DP
+        return 0.0
     return rdp + math.log1p(-1 / alpha) - (math.log(dlt) + math.log(alpha)) / (alpha - 1)
 
 
