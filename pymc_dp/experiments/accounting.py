@@ -6,16 +6,14 @@ Settings of the 2-d flat banana experiment (thesis Table 5.1, §6.1): n = 100 00
 * DP penalty, τ = 0.1                          (μ = 1/(2 τ² n) per iteration)
 * DP HMC, τ_l = 0.1, τ_g = 0.55, L = 25        (μ = 1/(2 τ_l² n) + (L+1)/(2 τ_g² n))
 
-Run from the repository root::
-
-    python docs/scripts/accounting_figure.py
-
-It writes ``docs/figures/accounting_iterations.png`` and prints the table used in
+Part of the reproduction runner (``python -m pymc_dp.experiments --part accounting``), which
+writes ``accounting_iterations.png`` and ``accounting.csv`` and prints the table used in
 ``docs/accounting.md``.
 """
 
 from __future__ import annotations
 
+import csv
 import math
 from pathlib import Path
 
@@ -29,7 +27,6 @@ from pymc_dp.accounting import GaussianCost, gaussian_iterations, zcdp_iteration
 
 N = 100_000
 DELTA = 0.1 / N
-OUT = Path(__file__).resolve().parents[1] / "figures" / "accounting_iterations.png"
 
 SETTINGS = {
     r"DP penalty ($\tau$ = 0.1)": GaussianCost.from_noise_multiplier(0.1 * math.sqrt(N)),
@@ -40,7 +37,24 @@ SETTINGS = {
 TABLE_EPS = (0.5, 1.0, 2.0, 4.0, 6.0, 12.0)
 
 
-def main() -> None:
+def main(out_dir: Path) -> None:
+    """Write the figure and the CSV of iterations allowed (tight PLD vs zCDP) to ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "accounting.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["setting", "epsilon", "delta", "iterations_tight", "iterations_zcdp"])
+        for title, cost in SETTINGS.items():
+            for e in TABLE_EPS:
+                writer.writerow(
+                    [
+                        title.replace("$", "").replace("\\", ""),
+                        e,
+                        DELTA,
+                        gaussian_iterations(e, DELTA, cost.mu),
+                        zcdp_iterations(e, DELTA, cost.mu),
+                    ]
+                )
     eps_grid = np.geomspace(0.25, 12.0, 200)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True, constrained_layout=True)
     for ax, (title, cost) in zip(axes, SETTINGS.items(), strict=True):
@@ -88,9 +102,10 @@ def main() -> None:
     axes[0].set_ylabel("iterations allowed (all chains)")
     axes[0].legend(loc="lower right", fontsize=9)
     fig.suptitle("Iterations the budget allows: tight PLD vs zCDP accounting", fontsize=12)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(OUT, dpi=130)
-    print(f"wrote {OUT}")
+    out = out_dir / "accounting_iterations.png"
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    print(f"wrote {out}")
 
     print("| ε | penalty tight | penalty zCDP | ratio | HMC tight | HMC zCDP | ratio |")
     print("|---|---|---|---|---|---|---|")
@@ -100,7 +115,3 @@ def main() -> None:
             t, z = gaussian_iterations(e, DELTA, cost.mu), zcdp_iterations(e, DELTA, cost.mu)
             row += [str(t), str(z), f"{t / z:.2f}"]
         print("| " + " | ".join(row) + " |")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,158 @@
+"""Step settings for the evaluation models, chosen the way the seeds chose theirs (SPEC §5).
+
+The seeds tuned hyperparameters by hand at ε = 4 with the true posterior in view and clip
+bounds so that under 10 % of ratios were clipped (thesis §6.3). We automate the same,
+**non-private**, rules from a reference posterior sample and the data (SPEC §6: tuning on the
+data costs privacy that no theorem counts; this is an evaluation, not a release recipe):
+
+* ratio clip bounds from the 80th percentile of per-row ``|r_i| / ‖θ' − θ‖`` over typical
+  moves (random-walk steps for the penalty steps, pairs of posterior draws for HMC), the
+  gradient clip from the 90th percentile of per-row gradient norms at the reference mean;
+* the seeds' noise parametrisation ``z = τ √n`` with their ``τ = 0.1`` (penalty), ``τ_l = 0.1``,
+  ``τ_g = 0.55`` (HMC) — the settings of their accounting figure;
+* random-walk scales from the reference standard deviations, shrunk so that the released
+  ratio's noise stays near one nat;
+* DP Barker and the minibatch penalty only on tempered posteriors (where the seeds found them
+  useful), batch 1000.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import pymc_dp
+from pymc_dp.experiments.problems import Problem
+from pymc_dp.oracle import RowLikelihood
+
+__all__ = ["STEPS", "Tuning", "applicable_steps", "build_step", "tune_from_reference"]
+
+STEPS = ("DPPenalty", "DPPenalty-guided", "MinibatchDPPenalty", "DPBarker", "DPHMC")
+_TAU, _TAU_L, _TAU_G, _LEAPFROG = 0.1, 0.1, 0.55, 20
+_BATCH = 1000
+_MINIBATCH_Z = 3.0
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What the rules read from the reference sample and the data (non-private)."""
+
+    sd: np.ndarray  # reference posterior sd per coordinate
+    llr_clip_walk: float  # ratio clip for random-walk proposals (penalty steps)
+    llr_clip_hmc: float  # ratio clip for HMC-like moves (between posterior draws)
+    grad_clip: float
+
+
+def _ratio_clip(oracle: RowLikelihood, pairs: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """80th percentile of ``|ℓ_i(θ') − ℓ_i(θ)| / ‖θ' − θ‖`` over rows and the given moves."""
+    per_unit = [
+        np.abs(oracle.loglik_rows(b) - oracle.loglik_rows(a)) / np.linalg.norm(b - a)
+        for a, b in pairs
+    ]
+    return float(np.quantile(np.concatenate(per_unit), 0.8))
+
+
+def tune_from_reference(problem: Problem, model: Any, reference: np.ndarray) -> Tuning:
+    """Clip bounds so that about 20 % of per-row quantities are clipped at typical moves."""
+    oracle = RowLikelihood(model)
+    rng = np.random.default_rng(0)
+    sd = reference.std(0)
+    draws = reference[rng.choice(len(reference), size=6, replace=False)]
+    walk = [(a, a + sd * rng.standard_normal(sd.size) / np.sqrt(sd.size)) for a in draws[:3]]
+    hmc = [(draws[i], draws[i + 3]) for i in range(3)]
+    norms = np.linalg.norm(oracle.grad_rows(reference.mean(0)), axis=1)
+    return Tuning(
+        sd=sd,
+        llr_clip_walk=_ratio_clip(oracle, walk),
+        llr_clip_hmc=_ratio_clip(oracle, hmc),
+        grad_clip=float(np.quantile(norms, 0.9)),
+    )
+
+
+def applicable_steps(problem: Problem) -> tuple[str, ...]:
+    if problem.tempered:
+        return STEPS
+    return tuple(s for s in STEPS if s not in ("MinibatchDPPenalty", "DPBarker"))
+
+
+def build_step(
+    name: str,
+    problem: Problem,
+    model: Any,
+    tuning: Tuning,
+    budget: pymc_dp.PrivacyBudget,
+    *,
+    adapt: bool = False,
+    nonprivate_diagnostics: bool = True,
+    **overrides: Any,
+) -> pymc_dp.DPPenalty | pymc_dp.DPHMC | pymc_dp.DPBarker:
+    """The step ``name`` for ``problem`` with the rules of this module (``overrides`` win)."""
+    t, n, sd = problem.temperature, problem.n, tuning.sd
+    d = sd.size
+    overrides = {**_OVERRIDES.get((problem.name, name), {}), **overrides}
+    common = {
+        "budget": budget,
+        "model": model,
+        "nonprivate_diagnostics": nonprivate_diagnostics,
+        **overrides,
+    }
+    if name in ("DPPenalty", "DPPenalty-guided"):
+        z = _TAU * np.sqrt(n)
+        guided = name == "DPPenalty-guided"
+        # noise σ = 2 z T b_l ‖jump‖: keep it near one nat
+        limit = 1.0 / (2.0 * z * t * tuning.llr_clip_walk)
+        if guided:
+            scale = np.minimum(2.4 * sd, limit)
+        else:
+            scale = sd * min(2.38 / np.sqrt(d), limit / float(np.linalg.norm(sd)))
+        cls, kwargs = (
+            pymc_dp.DPPenalty,
+            {
+                "llr_clip": tuning.llr_clip_walk,
+                "noise_multiplier": z,
+                "proposal_scale": scale,
+                "guided": guided,
+            },
+        )
+    elif name == "MinibatchDPPenalty":
+        cls, kwargs = (
+            pymc_dp.DPPenalty,
+            {
+                "batch_size": min(_BATCH, n),
+                "llr_clip": tuning.llr_clip_walk,
+                "noise_multiplier": _MINIBATCH_Z,
+                "proposal_scale": 0.3 * sd,
+            },
+        )
+    elif name == "DPBarker":
+        cls, kwargs = pymc_dp.DPBarker, {"batch_size": min(_BATCH, n), "proposal_scale": 0.3 * sd}
+    elif name == "DPHMC":
+        cls, kwargs = (
+            pymc_dp.DPHMC,
+            {
+                "step_size": 1.5 / _LEAPFROG,  # in posterior-sd units (mass = 1/var)
+                "n_steps": _LEAPFROG,
+                "grad_clip": tuning.grad_clip,
+                "llr_clip": tuning.llr_clip_hmc,
+                "tau_g": _TAU_G,
+                "tau_l": _TAU_L,
+                "mass_diag": 1.0 / sd**2,
+                "adapt_step_size": adapt,
+                "adapt_mass": False,
+            },
+        )
+    else:
+        raise ValueError(f"Unknown step {name!r}; choose one of {STEPS}.")
+    return cls(**{**kwargs, "temperature": t, **common})
+
+
+# Hand-tuned exceptions to the rules, found at ε = 4 as the seeds did.
+_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
+    # ρ = 0.999: the narrow direction's sd is 0.045 of the marginal one, so leapfrog needs
+    # η < 0.09 (marginal units) to be stable; the per-row gradients are large (Σ⁻¹ ~ 500),
+    # and clipping them at 5 instead of the 90th percentile (52) cuts the gradient noise 10×.
+    # One run at ε = 4: acceptance 0.64, MMD 0.149 (rule settings: acceptance 0).
+    ("correlated_gaussian", "DPHMC"): {"step_size": 0.015, "n_steps": 40, "grad_clip": 5.0},
+}

@@ -1,0 +1,289 @@
+"""The reproduction runner (SPEC §5): ``python -m pymc_dp.experiments``.
+
+Three parts, each writing CSV results and PNG figures to ``--out``:
+
+* ``comparison`` — MMD vs ε for every applicable step on the 2-d flat and tempered banana and
+  the correlated Gaussian, several seeds each (``comparison.csv``, ``comparison.png``);
+* ``clipping`` — MMD vs the share of clipped ratios, non-DP (``clipping.csv``, ``clipping.png``);
+* ``accounting`` — iterations allowed by tight PLD vs zCDP accounting
+  (``accounting.csv``, ``accounting_iterations.png``).
+
+Runs already in a CSV are skipped, so an interrupted run resumes where it stopped
+(``--fresh`` starts over). ``--quick`` shrinks everything (fewer rows, capped iterations, one
+seed) to check the pipeline in a few minutes; its numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+_DEFAULT_OUT = Path("docs") / "reproduction"
+COMPARISON_PROBLEMS = ("flat_banana_2d", "tempered_banana_2d", "correlated_gaussian")
+EPSILONS = (1.0, 2.0, 4.0, 6.0)
+_QUICK_N = 10_000
+_QUICK_ITERATIONS = 200
+
+
+def _quiet() -> None:
+    warnings.filterwarnings("ignore")
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _comparison_task(task: dict[str, Any]) -> dict[str, Any]:
+    _quiet()
+    from pymc_dp.experiments.run import run
+
+    result, _ = run(
+        task["problem"],
+        task["step"],
+        task["epsilon"],
+        task["seed"],
+        n=task["n"],
+        max_iterations=task["max_iterations"],
+    )
+    return result.as_row()
+
+
+def _clipping_task(task: dict[str, Any]) -> dict[str, Any]:
+    _quiet()
+    from pymc_dp.experiments.clipping import clipping_run
+
+    return clipping_run(
+        task["sampler"],
+        task["clip_factor"],
+        task["seed"],
+        n=task["n"],
+        iterations=task["iterations"],
+    )
+
+
+def _read_done(path: Path, keys: tuple[str, ...]) -> set[tuple[str, ...]]:
+    if not path.exists():
+        return set()
+    with open(path, newline="") as handle:
+        return {tuple(str(row[k]) for k in keys) for row in csv.DictReader(handle)}
+
+
+def _run_tasks(
+    tasks: list[dict[str, Any]],
+    worker: Callable[[dict[str, Any]], dict[str, Any]],
+    path: Path,
+    keys: tuple[str, ...],
+    workers: int,
+    label: str,
+) -> None:
+    """Run the tasks not yet in ``path``, appending each result as it arrives (resumable)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    done = _read_done(path, keys)
+    todo = [t for t in tasks if tuple(str(t[k]) for k in keys) not in done]
+    print(f"{label}: {len(tasks) - len(todo)} of {len(tasks)} runs already in {path}")
+    if not todo:
+        return
+    columns = ["{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+
+    def record(row: dict[str, Any]) -> None:
+        new_file = not path.exists()
+        with open(path, "a", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(row))
+            if new_file:
+                writer.writeheader()
+            writer.writerow(row)
+
+    with Progress(*columns) as progress:
+        bar = progress.add_task(label, total=len(todo))
+        if workers <= 1:
+            for task in todo:
+                record(worker(task))
+                progress.advance(bar)
+            return
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            for future in as_completed([pool.submit(worker, t) for t in todo]):
+                record(future.result())
+                progress.advance(bar)
+
+
+def _comparison(args: argparse.Namespace) -> None:
+    from pymc_dp.experiments.problems import get_problem
+    from pymc_dp.experiments.recipes import applicable_steps
+
+    tasks = [
+        {
+            "problem": name,
+            "step": step,
+            "epsilon": float(eps),
+            "seed": seed,
+            "n": _QUICK_N if args.quick else None,
+            "max_iterations": _QUICK_ITERATIONS if args.quick else None,
+        }
+        for name in args.problems
+        for step in applicable_steps(get_problem(name))
+        for eps in args.epsilons
+        for seed in range(args.seeds)
+    ]
+    path = args.out / "comparison.csv"
+    _run_tasks(
+        tasks,
+        _comparison_task,
+        path,
+        ("problem", "step", "epsilon", "seed"),
+        args.workers,
+        "comparison",
+    )
+    plot_comparison(path, args.out / "comparison.png")
+
+
+def _clipping(args: argparse.Namespace) -> None:
+    from pymc_dp.experiments.clipping import CLIP_FACTORS
+
+    tasks = [
+        {
+            "sampler": sampler,
+            "clip_factor": float(factor),
+            "seed": seed,
+            "n": _QUICK_N if args.quick else None,
+            "iterations": (300 if sampler == "random walk" else 60) if args.quick else None,
+        }
+        for sampler in ("random walk", "HMC")
+        for factor in CLIP_FACTORS
+        for seed in range(args.seeds)
+    ]
+    path = args.out / "clipping.csv"
+    _run_tasks(
+        tasks, _clipping_task, path, ("sampler", "clip_factor", "seed"), args.workers, "clipping"
+    )
+    plot_clipping(path, args.out / "clipping.png")
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def plot_comparison(path: Path, out: Path) -> None:
+    """One panel per model: median MMD over seeds vs ε per step (band: min–max), and the floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = _rows(path)
+    problems = list(dict.fromkeys(r["problem"] for r in rows))
+    fig, axes = plt.subplots(
+        1, len(problems), figsize=(4.6 * len(problems), 4.0), squeeze=False, constrained_layout=True
+    )
+    for ax, problem in zip(axes[0], problems, strict=True):
+        mine = [r for r in rows if r["problem"] == problem]
+        for i, step in enumerate(dict.fromkeys(r["step"] for r in mine)):
+            eps = sorted({float(r["epsilon"]) for r in mine if r["step"] == step})
+            scores = [
+                [float(r["score"]) for r in mine if r["step"] == step and float(r["epsilon"]) == e]
+                for e in eps
+            ]
+            med = [np.median(s) for s in scores]
+            ax.plot(eps, med, "o-", color=f"C{i}", label=step)
+            ax.fill_between(
+                eps, [min(s) for s in scores], [max(s) for s in scores], color=f"C{i}", alpha=0.15
+            )
+        eps_all = sorted({float(r["epsilon"]) for r in mine})
+        floor = [
+            np.median([float(r["floor"]) for r in mine if float(r["epsilon"]) == e])
+            for e in eps_all
+        ]
+        ax.plot(eps_all, floor, "k--", lw=1, label="exact-sample floor")
+        ax.set_title(problem.replace("_", " "))
+        ax.set_xlabel("ε  (δ = 0.1/n)")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("MMD to the exact posterior (median over seeds)")
+    for ax in axes[0]:
+        ax.legend(fontsize=7)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    print(f"wrote {out}")
+
+
+def plot_clipping(path: Path, out: Path) -> None:
+    """MMD vs clip bound and vs the fraction of clipped ratios (thesis Figure 6.2, 2-d)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = _rows(path)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.0), constrained_layout=True)
+    for i, sampler in enumerate(dict.fromkeys(r["sampler"] for r in rows)):
+        mine = [r for r in rows if r["sampler"] == sampler]
+        axes[0].plot(
+            [float(r["clip_factor"]) for r in mine],
+            [float(r["mmd"]) for r in mine],
+            "o",
+            color=f"C{i}",
+            label=sampler,
+        )
+        axes[1].plot(
+            [float(r["clipped_fraction"]) for r in mine],
+            [float(r["mmd"]) for r in mine],
+            "o",
+            color=f"C{i}",
+            label=sampler,
+        )
+    floors = [float(r["floor"]) for r in rows]
+    for ax in axes:
+        ax.axhline(sum(floors) / len(floors), color="k", ls="--", lw=1, label="exact-sample floor")
+        ax.set_ylabel("MMD to the exact posterior")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("clip bound (multiple of the 80th-percentile rule)")
+    axes[1].set_xlabel("fraction of ratios clipped")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Flat 2-d banana, no DP noise: the bias of clipping alone")
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    print(f"wrote {out}")
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m pymc_dp.experiments", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--out", type=Path, default=_DEFAULT_OUT, help="results folder")
+    parser.add_argument(
+        "--part",
+        choices=("comparison", "clipping", "accounting", "all"),
+        default="all",
+    )
+    parser.add_argument("--problems", nargs="+", default=list(COMPARISON_PROBLEMS))
+    parser.add_argument("--epsilons", nargs="+", type=float, default=list(EPSILONS))
+    parser.add_argument("--seeds", type=int, default=3, help="runs per setting")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--quick", action="store_true", help="a fast check of the pipeline")
+    parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
+    args = parser.parse_args(None if argv is None else list(argv))
+    if args.quick:
+        args.seeds = 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.fresh:
+        for name in ("comparison.csv", "clipping.csv"):
+            (args.out / name).unlink(missing_ok=True)
+    _quiet()
+    if args.part in ("accounting", "all"):
+        from pymc_dp.experiments import accounting
+
+        accounting.main(args.out)
+    if args.part in ("clipping", "all"):
+        _clipping(args)
+    if args.part in ("comparison", "all"):
+        _comparison(args)
