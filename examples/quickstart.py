@@ -12,11 +12,12 @@ time.
 * Statistics: with no log-likelihood ratio clipped, the chain targets the exact posterior; at
   ε = 1 the budget buys few iterations, so expect a small effective sample size.
 
-Run: ``python examples/quickstart.py`` (about a minute on 2 cores).
+Run: ``python examples/quickstart.py`` (about a minute on 2 cores; ``--quick``: 10 000 rows).
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 import warnings
 
@@ -30,9 +31,12 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10 000 rows instead of 100 000")
+    args = parser.parse_args()
     start = time.perf_counter()
     rng = np.random.default_rng(42)
-    n = 100_000
+    n = 10_000 if args.quick else 100_000
     X = rng.normal(size=(n, 2))
     alpha_true, beta_true = -0.3, np.array([1.0, -0.5])
     y = rng.binomial(1, 1 / (1 + np.exp(-(alpha_true + X @ beta_true))))

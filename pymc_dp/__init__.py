@@ -18,7 +18,7 @@ from pymc_dp.errors import (
 from pymc_dp.oracle import RowLikelihood
 from pymc_dp.report import attach_privacy_metadata, privacy_report
 from pymc_dp.sampling import plan_iterations, sample
-from pymc_dp.step_methods import DPHMC, DPBarker, DPPenalty  # noqa: F401
+from pymc_dp.step_methods import DPHMC, DPBarker, DPPenalty
 
 __version__ = "0.1.0.dev0"
 
@@ -27,6 +27,7 @@ __all__ = [
     "BarkerCost",
     "BudgetExceededError",
     "CoupledRowsError",
+    "DPBarker",
     "DPPenalty",
     "GaussianCost",
     "InvalidParameterError",

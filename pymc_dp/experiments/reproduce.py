@@ -141,6 +141,7 @@ def _comparison(args: argparse.Namespace) -> None:
         "comparison",
     )
     plot_comparison(path, args.out / "comparison.png")
+    write_comparison_table(path, args.out / "comparison_table.md")
 
 
 def _clipping(args: argparse.Namespace) -> None:
@@ -163,11 +164,65 @@ def _clipping(args: argparse.Namespace) -> None:
         tasks, _clipping_task, path, ("sampler", "clip_factor", "seed"), args.workers, "clipping"
     )
     plot_clipping(path, args.out / "clipping.png")
+    write_clipping_table(path, args.out / "clipping_table.md")
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def write_comparison_table(path: Path, out: Path) -> None:
+    """Markdown table: median MMD (min–max over seeds) per model, step and ε; floors; iterations."""
+    import numpy as np
+
+    rows = _rows(path)
+    eps_all = sorted({float(r["epsilon"]) for r in rows})
+    head = "| model | step | " + " | ".join(f"ε = {e:g}" for e in eps_all) + " |"
+    lines = [head, "|" + "---|" * (len(eps_all) + 2)]
+    for problem in dict.fromkeys(r["problem"] for r in rows):
+        mine = [r for r in rows if r["problem"] == problem]
+        for step in [*dict.fromkeys(r["step"] for r in mine), "exact-sample floor"]:
+            cells = []
+            for e in eps_all:
+                at = [r for r in mine if float(r["epsilon"]) == e]
+                if step != "exact-sample floor":
+                    at = [r for r in at if r["step"] == step]
+                key = "floor" if step == "exact-sample floor" else "score"
+                values = [float(r[key]) for r in at]
+                if not values:
+                    cells.append("")
+                    continue
+                its = int(np.median([int(r["iterations"]) for r in at]))
+                cell = f"{np.median(values):.3f}"
+                if len(values) > 1 and key == "score":
+                    cell += f" ({min(values):.2f}–{max(values):.2f})"
+                if key == "score":
+                    cell += f"; {its} it"
+                cells.append(cell)
+            lines.append(f"| {problem.replace('_', ' ')} | {step} | " + " | ".join(cells) + " |")
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
+
+
+def write_clipping_table(path: Path, out: Path) -> None:
+    """Markdown table: clipped fraction and MMD (medians over seeds) per sampler and clip bound."""
+    import numpy as np
+
+    rows = _rows(path)
+    lines = [
+        "| sampler | clip bound (× rule) | ratios clipped | MMD | floor |",
+        "|---|---|---|---|---|",
+    ]
+    for sampler in dict.fromkeys(r["sampler"] for r in rows):
+        for factor in sorted({float(r["clip_factor"]) for r in rows if r["sampler"] == sampler}):
+            at = [r for r in rows if r["sampler"] == sampler and float(r["clip_factor"]) == factor]
+            clipped = np.median([float(r["clipped_fraction"]) for r in at])
+            mmd = np.median([float(r["mmd"]) for r in at])
+            floor = np.median([float(r["floor"]) for r in at])
+            lines.append(f"| {sampler} | {factor:g} | {clipped:.1%} | {mmd:.3f} | {floor:.3f} |")
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
 
 
 def plot_comparison(path: Path, out: Path) -> None:

@@ -1,0 +1,78 @@
+"""Every example runs in --quick mode (the gallery, the quickstart) and the runner's quick mode."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GALLERY = [
+    ("banana.py", "tempered-2d", 5),  # all five steps on the tempered banana
+    ("gaussian.py", "2d", 3),
+    ("correlated_gaussian.py", None, 3),
+    ("circle.py", None, 3),
+    ("logistic_regression.py", None, 3),
+]
+
+
+def run_script(*args: str, cwd: Path = ROOT) -> str:
+    result = subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("script", "variant", "n_steps"), GALLERY)
+def test_gallery_example_runs_in_quick_mode(tmp_path, script, variant, n_steps):
+    args = [str(ROOT / "examples" / "gallery" / script), "--quick", "--out", str(tmp_path)]
+    if variant:
+        args += ["--variant", variant]
+    out = run_script(*args)
+    assert out.count("-DP release of 2 chain(s)") == n_steps  # one privacy report per step
+    assert "NOT DIFFERENTIALLY PRIVATE" not in out
+    assert out.count("theta[0]") == n_steps  # one az.summary per step
+    assert len(list(tmp_path.glob("*_trace.png"))) == n_steps
+    assert len(list(tmp_path.glob("*_posterior.png"))) == 1
+
+
+def test_quickstart_runs_in_quick_mode():
+    out = run_script(str(ROOT / "examples" / "quickstart.py"), "--quick")
+    assert "-DP release of 2 chain(s)" in out and "alpha" in out
+
+
+@pytest.mark.slow
+def test_reproduction_runner_quick_mode_writes_results_and_resumes(tmp_path):
+    args = ["-m", "pymc_dp.experiments", "--quick", "--out", str(tmp_path), "--workers", "1"]
+    run_script(*args, "--problems", "tempered_banana_2d", "--epsilons", "4")
+    with open(tmp_path / "comparison.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["step"] for r in rows} == {
+        "DPPenalty",
+        "DPPenalty-guided",
+        "MinibatchDPPenalty",
+        "DPBarker",
+        "DPHMC",
+    }
+    assert all(float(r["score"]) > 0 and float(r["floor"]) > 0 for r in rows)
+    with open(tmp_path / "clipping.csv", newline="") as handle:
+        clipping = list(csv.DictReader(handle))
+    # tighter clip bounds clip more ratios
+    for sampler in ("random walk", "HMC"):
+        mine = sorted(
+            (float(r["clip_factor"]), float(r["clipped_fraction"]))
+            for r in clipping
+            if r["sampler"] == sampler
+        )
+        assert mine[0][1] > mine[-1][1]
+    for name in ("comparison.png", "clipping.png", "accounting_iterations.png", "accounting.csv"):
+        assert (tmp_path / name).stat().st_size > 0
+    again = run_script(*args, "--problems", "tempered_banana_2d", "--epsilons", "4")
+    assert "5 of 5 runs already in" in again  # resumed: nothing re-run
+    with open(tmp_path / "comparison.csv", newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == len(rows)
