@@ -67,10 +67,9 @@ def prepare(name: str, n: int | None = None) -> Prepared:
     model = problem.model(data)
     if problem.has_exact_sample:
         reference = problem.exact_sample(data, _REFERENCE_SIZE, rng)
-    elif problem.exact_mean is not None:  # circle: a long non-private random walk for the scale
-        reference = _nuts_reference(model, draws=1000)
-    else:
-        reference = _nuts_reference(model, draws=_REFERENCE_SIZE // 2)
+    else:  # circle, logistic regression: non-private NUTS draws (fewer for resized, quick runs)
+        resized = n is not None and n != get_problem(name).n
+        reference = _nuts_reference(model, draws=250 if resized else _REFERENCE_SIZE // 2)
     tuning = tune_from_reference(problem, model, reference)
     return Prepared(problem, data, reference, tuning)
 
@@ -80,7 +79,7 @@ def _nuts_reference(model: pm.Model, draws: int) -> np.ndarray:
     with model:
         idata = pm.sample(
             draws=draws,
-            tune=500,
+            tune=min(500, 2 * draws),
             chains=2,
             cores=1,
             random_seed=1,
