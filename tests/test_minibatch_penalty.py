@@ -162,6 +162,22 @@ def test_a_full_batch_is_the_full_data_penalty_release():
     assert np.std(draws) == pytest.approx(full.noise_std, rel=0.15)
 
 
+@pytest.mark.parametrize("batch_size", [1, N + 1])
+def test_the_mechanism_refuses_a_batch_it_cannot_draw(batch_size):
+    oracle, mean, sd = tempered_setup()
+    with pytest.raises(InvalidParameterError, match="between 2 and the number of rows"):
+        release_llr_minibatch(
+            oracle,
+            NoiseSource(0),
+            mean,
+            mean + sd,
+            batch_size=batch_size,
+            llr_clip=1.0,
+            noise_multiplier=1.0,
+            temperature=T,
+        )
+
+
 @cache
 def small_model():
     data = SPEC.simulate(2000, np.random.default_rng(3))
