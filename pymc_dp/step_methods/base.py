@@ -93,6 +93,7 @@ class DPStep(BlockedStep):
         self._noise_seed = noise_rng
         self._planned_iterations: int | None = None
         self._planned_tune: int | None = None
+        self._epsilon_points: dict[tuple, float] = {}  # ε of a non-Gaussian cost, by point
         # True until PyMC calls stop_tuning (worker processes get a copy and no other signal)
         self.tune = True
         self.rng = np.random.default_rng(rng)  # a Generator passes through unchanged
@@ -257,10 +258,9 @@ class DPStep(BlockedStep):
             return 0.0
         point = min(1 << (iterations - 1).bit_length(), max(self._reserved, iterations))
         key = (self.cost, self.budget.delta, point)
-        cache = self.__dict__.setdefault("_epsilon_points", {})
-        if key not in cache:
-            cache[key] = float(self.cost.epsilon(self.budget.delta, point))
-        return cache[key]
+        if key not in self._epsilon_points:
+            self._epsilon_points[key] = float(self.cost.epsilon(self.budget.delta, point))
+        return self._epsilon_points[key]
 
     def _drop_stats(self, *names: str) -> None:
         """Leave ``names`` out of this step's sample stats (e.g. ``mu_spent`` of a non-Gaussian)."""
