@@ -195,22 +195,20 @@ def minibatch_llr_sensitivity(bound: float, *, batch_size: int, n_rows: int, tem
     ``|r_j| ≤ B`` and the batch differing in one row:
 
     * ``Δλ = 2 s B`` (thesis Thm 3.5);
-    * ``½ Δ(Σ r_j² − (Σ r_j)²/b) ≤ 3 (b − 1) B² / b`` (thesis Lemma 3.4), so
-      ``½ Δσ_b² ≤ 3 (1 − q) s² B²``.
+    * with ``V = Σ r_j² − (Σ r_j)²/b``, ``R*`` the sum over the rows the two batches share
+      (``|R*| ≤ (b − 1)B``) and ``u → v = u + d`` the substituted ratio (``0 < d ≤ 2B``),
+      ``ΔV = d[(u + v)(1 − 1/b) − 2R*/b]`` and ``|u + v| ≤ 2B − d``, so
+      ``|ΔV| ≤ (b − 1)/b · d(4B − d) ≤ 4(b − 1)B²/b`` and ``½ Δσ_b² ≤ 2 (1 − q) s² B²``.
 
-    The published constant 3 is conservative: with ``V = Σ r_j² − (Σ r_j)²/b``, ``R*`` the sum
-    over the shared rows and ``u → v = u + d`` the substituted ratio,
-    ``ΔV = d[(u + v)(1 − 1/b) − 2R*/b]`` and ``|u + v| ≤ 2B − d``, so
-    ``|ΔV| ≤ (b − 1)/b · d(4B − d) ≤ 4(b − 1)B²/b``: the tight constant is 2 (reached when the
-    shared rows are all at ``+B`` and ``u = −B → v = +B``). We keep 3, the thesis' bound, for
-    now (the published results and ours were produced with it); 2 would cut σ by up to a third.
-
-    Returns ``c = 2 s B + 3 (1 − q) s² B²``. For ``b = n`` it is ``2TB``, the full-data DP
-    penalty's sensitivity, and the variance term vanishes.
+    Both maxima are reached together (shared rows all at ``+B``, ``u = −B → v = +B``), so
+    ``c = 2 s B + 2 (1 − q) s² B²`` is the exact sensitivity. The thesis (Lemma 3.4, Thm 3.5)
+    bounds the variance part with the constant 3, which is valid but adds up to half again as
+    much noise. For ``b = n`` the variance term vanishes and ``c = 2TB``, the full-data DP
+    penalty's sensitivity.
     """
     b, n = int(batch_size), int(n_rows)
     s = n * temperature / b
-    return 2.0 * s * bound + 3.0 * (1.0 - b / n) * s * s * bound * bound
+    return 2.0 * s * bound + 2.0 * (1.0 - b / n) * s * s * bound * bound
 
 
 def release_llr_minibatch(

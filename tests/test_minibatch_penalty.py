@@ -116,6 +116,22 @@ def test_the_released_statistic_moves_by_at_most_its_sensitivity(
     assert abs(released(ratio) - released(other)) <= c * (1 + 1e-9) + 1e-12
 
 
+@pytest.mark.parametrize(("b", "n"), [(2, 10), (50, 1000), (300, 100_000)])
+def test_the_sensitivity_is_reached(b, n):
+    # shared rows all at +B and the substituted ratio going from −B to +B: |Δ| = c exactly
+    bound, temperature = 0.7, 0.3
+    before = np.full(b, bound)
+    before[0] = -bound
+    after = np.full(b, bound)
+
+    def released(r):
+        estimate, variance = minibatch_llr_estimate(r, n_rows=n, temperature=temperature)
+        return estimate - 0.5 * variance
+
+    c = minibatch_llr_sensitivity(bound, batch_size=b, n_rows=n, temperature=temperature)
+    assert abs(released(after) - released(before)) == pytest.approx(c, rel=1e-12)
+
+
 def test_only_the_batch_is_read_and_batches_are_secret():
     oracle, mean, sd = tempered_setup()
 

@@ -38,11 +38,11 @@ class DPPenalty(DPStep):
     With ``batch_size=b`` it is the *minibatch* DP penalty (SPEC §4.2, thesis §3.4): each
     iteration reads only ``b`` rows drawn secretly without replacement, releases
     ``λ* − ½σ_b² + ξ`` with ``λ* = (nT/b) Σ_{j∈B} r_j`` and ``σ_b²`` its estimated variance,
-    ``ξ ~ N(0, σ²)``, ``σ = z · c`` with ``c = 2sB + 3(1 − b/n)s²B²``, ``s = nT/b``,
-    ``B = b_l ‖θ' − θ‖`` (thesis Lemma 3.4, Thm 3.5); accounted as a subsampled Gaussian with
-    multiplier ``z`` and ratio ``q = b/n`` (tight PLD). The test is then exact only as far as
-    ``λ*`` is normal (large batches); the noise grows with ``n T``, so it is useful with
-    tempering (``T = n0/n``), as the seeds found.
+    ``ξ ~ N(0, σ²)``, ``σ = z · c`` with ``c = 2sB + 2(1 − b/n)s²B²``, ``s = nT/b``,
+    ``B = b_l ‖θ' − θ‖`` (the exact sensitivity; thesis Lemma 3.4 has 3 for the second 2);
+    accounted as a subsampled Gaussian with multiplier ``z`` and ratio ``q = b/n`` (tight PLD).
+    The test is then exact only as far as ``λ*`` is normal (large batches); the noise grows
+    with ``n T``, so it is useful with tempering (``T = n0/n``), as the seeds found.
 
     Parameters
     ----------
