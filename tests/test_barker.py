@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from functools import cache, partial
+from functools import partial
 
 import numpy as np
 import pytest
+from _tempered_gaussian import N0, SPEC, T, batch_means_se, small_model, tempered_setup
 
 import pymc_dp
 from pymc_dp import RowLikelihood
@@ -13,25 +14,13 @@ from pymc_dp.barker_correction import BarkerCorrection
 from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.barker import BarkerState, barker_kernel
 from pymc_dp.mechanisms import BarkerVarianceError, NoiseSource, ReleaseCounter, barker_test
-from pymc_dp.testing import Banana
 
-SPEC = Banana(d=2, a=0.0)
-N, N0 = 100_000, 1000
-T = N0 / N
 # b = 4000 rows and proposals of 0.2 posterior sds: the clip bound √b/n0 = 0.063 is above all
 # but about 2 in 10⁵ per-row ratios (the typical largest of the 10⁵ rows is 0.03; measured
 # below), so the test is exact up to the correction's approximation error. (With 0.3 sds,
 # 0.2 % are clipped; with b = 1000, 1–4 %.)
 BATCH = 4000
 SCALE = 0.2
-
-
-@cache
-def tempered_setup():
-    data = SPEC.simulate(N, np.random.default_rng(1))
-    oracle = RowLikelihood(SPEC.model(data))
-    mean, var = SPEC.posterior_params(data, temperature=T)
-    return oracle, mean, np.sqrt(var)
 
 
 class NoCorrection:
@@ -70,11 +59,6 @@ def run_chain(iterations: int, correction=None, seed: int = 2):
         clipped += info.n_clipped
     assert counter.barker_tests == iterations
     return np.array(draws)[iterations // 10 :], accepted / iterations, clipped
-
-
-def batch_means_se(x: np.ndarray, batches: int = 40) -> float:
-    means = x[: len(x) // batches * batches].reshape(batches, -1).mean(1)
-    return float(means.std(ddof=1) / np.sqrt(batches))
 
 
 @pytest.mark.slow
@@ -175,12 +159,6 @@ def test_an_uncorrectable_batch_variance_raises_instead_of_deciding():
             temperature=T,
             correction=SmallVariance(),
         )
-
-
-@cache
-def small_model():
-    data = SPEC.simulate(2000, np.random.default_rng(3))
-    return SPEC.model(data), data
 
 
 def test_dp_barker_step_plumbing_and_accounting():

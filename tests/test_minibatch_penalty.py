@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from functools import cache, partial
+from functools import partial
 
 import numpy as np
 import pytest
+from _tempered_gaussian import SPEC, N, T, batch_means_se, small_model, tempered_setup
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,25 +22,13 @@ from pymc_dp.mechanisms import (
     release_llr,
     release_llr_minibatch,
 )
-from pymc_dp.testing import Banana
 
-SPEC = Banana(d=2, a=0.0)
-N, N0 = 100_000, 1000
-T = N0 / N
 # b = 300 rows, proposals of one posterior sd, b_l = 5 (no ratio is clipped: the largest
 # per-row ratio per unit jump is about 3 here) and a small noise multiplier z = 0.05, so that
 # the batch-variance term ½σ_b² is large next to the DP noise (σ ≈ 0.7): leaving it out doubles
 # the variance of the chain (measured over seeds 2–5: 1.76–2.10), while with it the variance
 # ratio was 0.94–1.06.
 BATCH, SCALE, LLR_CLIP, Z = 300, 1.0, 5.0, 0.05
-
-
-@cache
-def tempered_setup():
-    data = SPEC.simulate(N, np.random.default_rng(1))
-    oracle = RowLikelihood(SPEC.model(data))
-    mean, var = SPEC.posterior_params(data, temperature=T)
-    return oracle, mean, np.sqrt(var)
 
 
 def run_chain(iterations: int, seed: int = 2, variance_correction: bool = True):
@@ -67,11 +56,6 @@ def run_chain(iterations: int, seed: int = 2, variance_correction: bool = True):
         clipped += info.n_clipped
     assert counter.minibatch_llr_releases == iterations and counter.mu == 0.0
     return np.array(draws)[iterations // 10 :], accepted / iterations, clipped
-
-
-def batch_means_se(x: np.ndarray, batches: int = 40) -> float:
-    means = x[: len(x) // batches * batches].reshape(batches, -1).mean(1)
-    return float(means.std(ddof=1) / np.sqrt(batches))
 
 
 @pytest.mark.parametrize("corrected", [True, False], ids=["minibatch_penalty", "no_variance_term"])
@@ -192,12 +176,6 @@ def test_the_mechanism_refuses_a_batch_it_cannot_draw(batch_size):
             noise_multiplier=1.0,
             temperature=T,
         )
-
-
-@cache
-def small_model():
-    data = SPEC.simulate(2000, np.random.default_rng(3))
-    return SPEC.model(data), data
 
 
 def test_minibatch_dp_penalty_step_plumbing_and_accounting():

@@ -13,7 +13,12 @@ from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.barker import BarkerState, barker_kernel
 from pymc_dp.mechanisms import barker_test
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
-from pymc_dp.step_methods.base import DPStep, check_proposal_scale, check_temperature
+from pymc_dp.step_methods.base import (
+    DPStep,
+    check_batch_size,
+    check_proposal_scale,
+    check_temperature,
+)
 
 __all__ = ["DPBarker"]
 
@@ -92,9 +97,7 @@ class DPBarker(DPStep):
         if not 0 < float(target_accept) < 1:
             raise InvalidParameterError(f"target_accept must be in (0, 1), got {target_accept}.")
         self.target_accept = float(target_accept)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
-            raise InvalidParameterError(f"batch_size must be an integer, got {batch_size!r}.")
-        self.batch_size = int(batch_size)
+        self.batch_size = check_batch_size(batch_size)
         super().__init__(
             vars,
             budget=budget,

@@ -27,7 +27,13 @@ from pymc_dp.errors import BudgetExceededError, InvalidParameterError, PrivacyLe
 from pymc_dp.mechanisms import NoiseSource, ReleaseCounter
 from pymc_dp.oracle import RowLikelihood
 
-__all__ = ["DPStep", "check_proposal_scale", "check_temperature", "positive_float"]
+__all__ = [
+    "DPStep",
+    "check_batch_size",
+    "check_proposal_scale",
+    "check_temperature",
+    "positive_float",
+]
 
 # Iterations reserved at a time when no sampling plan was given (plain ``pm.sample``).
 _RESERVATION_BLOCK = 100
@@ -291,6 +297,13 @@ def positive_float(value: Any, name: str) -> float:
     if not (np.isfinite(value) and value > 0):
         raise InvalidParameterError(f"{name} must be positive and finite, got {value}.")
     return value
+
+
+def check_batch_size(batch_size: Any) -> int:
+    """An integer ``batch_size`` (its range against the rows is checked once the oracle exists)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+        raise InvalidParameterError(f"batch_size must be an integer, got {batch_size!r}.")
+    return int(batch_size)
 
 
 def check_temperature(temperature: Any) -> float:

@@ -14,6 +14,7 @@ from pymc_dp.mechanisms import release_llr, release_llr_minibatch
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
 from pymc_dp.step_methods.base import (
     DPStep,
+    check_batch_size,
     check_proposal_scale,
     check_temperature,
     positive_float,
@@ -109,15 +110,14 @@ class DPPenalty(DPStep):
                 "z = τ·√n)."
             )
         if batch_size is not None:
-            if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
-                raise InvalidParameterError(f"batch_size must be an integer, got {batch_size!r}.")
+            batch_size = check_batch_size(batch_size)
             if tau is not None:
                 raise InvalidParameterError(
                     "tau is the seeds' full-data form z = τ·√n; with batch_size give "
                     "noise_multiplier instead (the minibatch thesis' σ² = τ·c² is "
                     "noise_multiplier = √τ)."
                 )
-        self.batch_size = None if batch_size is None else int(batch_size)
+        self.batch_size = batch_size
         self.llr_clip = positive_float(llr_clip, "llr_clip")
         self.temperature = check_temperature(temperature)
         self.one_component = bool(one_component or guided)
