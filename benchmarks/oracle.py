@@ -78,25 +78,27 @@ MODELS = {
 }
 
 
-def ms_per_call(fn, min_seconds: float = 0.5, repeats: int = 5) -> float:
-    """Best over ``repeats`` of the mean time per call, each over at least ``min_seconds``."""
-    fn()
-    calls = 1
-    while True:
+def ms_per_call(fns: list, rounds: int = 40, seconds_per_round: float = 0.01) -> list[float]:
+    """Milliseconds per call of each function: the best over ``rounds`` interleaved rounds.
+
+    Each round times a batch of calls of every function in turn, so that a slow spell of a
+    shared machine hits all of them alike; the minimum over rounds estimates the undisturbed
+    cost.
+    """
+    calls = []
+    for fn in fns:
+        fn()  # warm up (allocations, caches)
         start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        elapsed = time.perf_counter() - start
-        if elapsed > min_seconds / repeats:
-            break
-        calls *= 2
-    best = elapsed / calls
-    for _ in range(repeats - 1):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best * 1e3
+        fn()
+        calls.append(max(1, int(seconds_per_round / (time.perf_counter() - start))))
+    best = [np.inf] * len(fns)
+    for _ in range(rounds):
+        for k, fn in enumerate(fns):
+            start = time.perf_counter()
+            for _ in range(calls[k]):
+                fn()
+            best[k] = min(best[k], (time.perf_counter() - start) / calls[k])
+    return [b * 1e3 for b in best]
 
 
 def main() -> None:
@@ -123,10 +125,14 @@ def main() -> None:
         joint.set_extra_values({})
         dlogp = model.compile_dlogp()
         bound = float(np.median(np.linalg.norm(oracle.grad_rows(theta, slice(0, 1000)), axis=1)))
-        t_joint = ms_per_call(lambda: joint(theta))  # noqa: B023
-        t_dlogp = ms_per_call(lambda: dlogp(point))  # noqa: B023
-        t_rows = ms_per_call(lambda: oracle.loglik_rows(theta))  # noqa: B023
-        t_clip = ms_per_call(lambda: oracle.clipped_grad_sum(theta, bound))  # noqa: B023
+        t_joint, t_dlogp, t_rows, t_clip = ms_per_call(
+            [
+                lambda: joint(theta),  # noqa: B023
+                lambda: dlogp(point),  # noqa: B023
+                lambda: oracle.loglik_rows(theta),  # noqa: B023
+                lambda: oracle.clipped_grad_sum(theta, bound),  # noqa: B023
+            ]
+        )
         ratio = t_clip / t_joint
         if has_target:
             worst = max(worst, ratio)

@@ -94,13 +94,14 @@ class ReleaseCounter:
 class Release(NamedTuple):
     """A noisy release and the standard deviation of the noise that was added.
 
-    ``n_clipped`` is NOT private (computed from the data without noise); a step method keeps it
-    only in its opt-in, non-private diagnostics channel.
+    ``n_clipped`` is NOT private (computed from the data without noise); a step method asks for
+    it (``count_clipped=True``) only for its opt-in, non-private diagnostics channel, and it is
+    ``None`` otherwise.
     """
 
     value: float | np.ndarray
     noise_std: float
-    n_clipped: int
+    n_clipped: int | None
 
 
 def _check_multiplier(z: float, name: str) -> float:
@@ -120,6 +121,7 @@ def release_llr(
     noise_multiplier: float,
     temperature: float = 1.0,
     counter: ReleaseCounter | None = None,
+    count_clipped: bool = False,
 ) -> Release:
     """Noisy tempered clipped log-likelihood-ratio sum (SPEC §2, §4.1 steps 2–3).
 
@@ -132,8 +134,8 @@ def release_llr(
     if counter is not None:
         counter.add("llr", z)
     if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
-        return Release(0.0, 0.0, 0)
-    clipped = oracle.clipped_llr_sum(theta, theta_new, bound)
+        return Release(0.0, 0.0, 0 if count_clipped else None)
+    clipped = oracle.clipped_llr_sum(theta, theta_new, bound, count_clipped=count_clipped)
     sigma = z * 2.0 * temperature * bound
     return Release(temperature * clipped.value + noise.normal(sigma), sigma, clipped.n_clipped)
 
@@ -147,6 +149,7 @@ def release_grad(
     noise_multiplier: float,
     temperature: float = 1.0,
     counter: ReleaseCounter | None = None,
+    count_clipped: bool = False,
 ) -> Release:
     """Noisy tempered clipped gradient sum ``T · (G(θ) + N(0, σ² I))``, ``σ = z · 2 b_g``.
 
@@ -154,7 +157,7 @@ def release_grad(
     mechanism with PLD parameter ``1/(2z²)``.
     """
     z = _check_multiplier(noise_multiplier, "grad_noise_multiplier")
-    clipped = oracle.clipped_grad_sum(theta, grad_clip)
+    clipped = oracle.clipped_grad_sum(theta, grad_clip, count_clipped=count_clipped)
     if counter is not None:
         counter.add("grad", z)
     sigma = z * 2.0 * float(grad_clip)
@@ -223,6 +226,7 @@ def release_llr_minibatch(
     temperature: float = 1.0,
     counter: ReleaseCounter | None = None,
     variance_correction: bool = True,
+    count_clipped: bool = False,
 ) -> Release:
     """Noisy minibatch estimate of the tempered log-likelihood ratio (SPEC §4.2, thesis §3.4).
 
@@ -241,10 +245,10 @@ def release_llr_minibatch(
     if counter is not None:
         counter.minibatch_llr_releases += 1
     if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
-        return Release(0.0, 0.0, 0)
+        return Release(0.0, 0.0, 0 if count_clipped else None)
     rows = noise.generator.choice(n, size=b, replace=False)  # secret: never from random_seed
     ratio = oracle.loglik_rows(theta_new, rows) - oracle.loglik_rows(theta, rows)
-    n_clipped = int(np.sum(~(np.abs(ratio) <= bound)))  # NaN counts as clipped
+    n_clipped = int(np.sum(~(np.abs(ratio) <= bound))) if count_clipped else None  # NaN: clipped
     ratio = np.clip(np.where(np.isnan(ratio), -bound, ratio), -bound, bound)
     estimate, batch_variance = minibatch_llr_estimate(ratio, n_rows=n, temperature=temperature)
     sigma = z * minibatch_llr_sensitivity(bound, batch_size=b, n_rows=n, temperature=temperature)

@@ -54,6 +54,7 @@ from pytensor.tensor.type import continuous_dtypes
 from pytensor.tensor.variable import TensorConstant
 
 from pymc_dp._batching import unbatch_blockwise
+from pymc_dp._compile import compile_function
 from pymc_dp.errors import (
     CoupledRowsError,
     InvalidParameterError,
@@ -73,14 +74,15 @@ _MIN_CHUNK = 512
 
 
 class ClippedSum(NamedTuple):
-    """A clipped sum and how many rows were clipped.
+    """A clipped sum and, when asked for, how many rows were clipped.
 
     ``value`` is what a mechanism may noise and release. ``n_clipped`` is computed from the data
     without noise: it is **not** differentially private and must not be released by default.
+    It is ``None`` unless the caller passed ``count_clipped=True``.
     """
 
     value: Any
-    n_clipped: int
+    n_clipped: int | None
 
 
 @dataclass(frozen=True)
@@ -101,13 +103,6 @@ def _input_value(var: Variable) -> np.ndarray:
 
 def _is_data_leaf(var: Variable) -> bool:
     return var.owner is None and isinstance(var, TensorConstant | SharedVariable)
-
-
-def _compile(inputs: list[Variable], outputs: Any) -> pytensor.compile.function.types.Function:
-    """Compile with input checks off: every caller passes arrays of the placeholders' dtypes."""
-    fn = pytensor.function(inputs, outputs)
-    fn.trust_input = True
-    return fn
 
 
 def _display_name(var: Variable) -> str:
@@ -432,7 +427,7 @@ class RowLikelihood:
         total = pt.add(*terms) if terms else pt.constant(0.0, dtype=pytensor.config.floatX)
         (total,) = self._to_theta([total])
         grad = pytensor.grad(total, self._theta, disconnected_inputs="ignore")
-        self._f_prior = _compile([self._theta], [total, grad])
+        self._f_prior = compile_function([self._theta], [total, grad])
 
     def _row_placeholders(self, batch_shape: tuple[int | None, ...]) -> list[Variable]:
         return [
@@ -501,41 +496,45 @@ class RowLikelihood:
         floatX = pytensor.config.floatX
         (ell_theta,) = self._to_theta([ell])
         blocks_theta = dict(zip(blocks, self._to_theta(list(blocks.values())), strict=True))
-        self._f_loglik = _compile([self._theta, *inputs], ell_theta)
+        self._f_loglik = compile_function([self._theta, *inputs], ell_theta)
 
         # Clipped gradient sum, SPEC §2: Σ_i g_i · min(1, b / ‖g_i‖), per value-variable block,
-        # joined into the raveled vector only at the end. Blocks with several columns use
-        # matrix-vector products (‖g_i‖² = (g_i²)·1 and Σ_i s_i g_i = sᵀG); scalar parameters use
-        # elementwise ops, where a (m, 1) Gemv is an order of magnitude slower. (Variants that
-        # fuse everything into one loop measured slower: benchmarks/oracle.py.)
+        # joined into the raveled vector only at the end. Measured choices (benchmarks/oracle.py):
+        # - every reduction over rows is a dot product (‖g_i‖² = (g_i²)·1, Σ_i s_i g_i = sᵀG, and
+        #   sᵀg for a scalar parameter's column): a CAReduce sum is several times slower;
+        # - the scale is s_i = 1/√max(‖g_i‖²/b², 1), with the maximum written branch-free
+        #   (PyTensor's NaN-checking `maximum` mispredicts when many rows are clipped) and 1/b²
+        #   computed once, so b = ∞ (no clipping) gives s = 1;
+        # - the count of clipped rows is a separate function: in the same loop it more than
+        #   doubles the cost, and it is a non-private diagnostic that is rarely asked for.
         # Non-finite entries (overflow in a model's gradient on an extreme row) are set to zero,
         # so every row still contributes at most b: no NaN reaches a release.
         bound = pt.scalar("grad_clip", dtype=floatX)
         m = ell_theta.shape[0]
         sizes = {v: sl.stop - sl.start for v, sl, _ in self._slices}
-        columns = {v: pt.switch(pt.isnan(g) | pt.isinf(g), 0.0, g) for v, g in blocks_theta.items()}
-        columns = {v: g.reshape((m,)) if sizes[v] == 1 else g for v, g in columns.items()}
+        columns = {v: g.reshape((m,)) if sizes[v] == 1 else g for v, g in blocks_theta.items()}
+        # |g| < ∞ is false for ±∞ and NaN: one comparison instead of isnan and isinf
+        columns = {v: pt.switch(pt.abs(g) < np.inf, g, 0.0) for v, g in columns.items()}
         sq_norm = pt.zeros((m,), dtype=floatX)
         for v, g in columns.items():
             if sizes[v] == 1:
                 sq_norm = sq_norm + pt.sqr(g)
             else:
                 sq_norm = sq_norm + pt.dot(pt.sqr(g), pt.ones((sizes[v],), dtype=floatX))
-        # min(1, b/‖g‖) = 2/(1 + u + |1 − u|) with u = ‖g‖/b: branch-free, unlike PyTensor's
-        # NaN-checking `minimum`, which mispredicts when many rows are clipped.
-        u = pt.sqrt(sq_norm) * pt.reciprocal(bound)
-        scale = 2.0 / (1.0 + u + pt.abs(1.0 - u))
+        x = sq_norm * pt.reciprocal(pt.sqr(bound))  # ‖g_i‖²/b²
+        scale = pt.reciprocal(pt.sqrt(0.5 * (x + 1.0 + pt.abs(x - 1.0))))  # 1/√max(x, 1)
         pieces = []
         for v, _, _ in self._slices:
             if v not in columns:  # the likelihood does not depend on v: zero per-row gradient
                 pieces.append(pt.zeros((sizes[v],), dtype=floatX))
             elif sizes[v] == 1:
-                pieces.append(pt.sum(scale * columns[v], keepdims=True))
+                pieces.append(pt.dot(scale, columns[v]).reshape((1,)))
             else:
                 pieces.append(pt.dot(scale, columns[v]))
         total = pt.concatenate(pieces) if pieces else pt.zeros((0,), dtype=floatX)
+        self._f_grad = compile_function([self._theta, *inputs, bound], total)
         n_clipped = pt.sum(sq_norm > pt.sqr(bound))  # NOT private: diagnostics only
-        self._f_grad = _compile([self._theta, *inputs, bound], [total, n_clipped])
+        self._f_grad_count = compile_function([self._theta, *inputs, bound], n_clipped)
 
         # Clipped log-likelihood-ratio sum, SPEC §2: Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B).
         theta_new = pt.vector("theta_new", dtype=floatX)
@@ -544,7 +543,7 @@ class RowLikelihood:
         ratio = ell_new - ell_theta
         # An undefined ratio (both terms infinite) counts as −B: bounded, and against the move.
         clipped = pt.clip(pt.switch(pt.isnan(ratio), -llr_bound, ratio), -llr_bound, llr_bound)
-        self._f_llr = _compile(
+        self._f_llr = compile_function(
             [self._theta, theta_new, *inputs, llr_bound],
             [clipped.sum(), pt.sum(pt.abs(ratio) > llr_bound)],
         )
@@ -674,20 +673,27 @@ class RowLikelihood:
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def clipped_grad_sum(
-        self, theta: np.ndarray, grad_clip: float, rows: np.ndarray | slice | None = None
+        self,
+        theta: np.ndarray,
+        grad_clip: float,
+        rows: np.ndarray | slice | None = None,
+        *,
+        count_clipped: bool = False,
     ) -> ClippedSum:
         """``Σ_i clip_b(∇_θ ℓ_i(θ))`` with ``b = grad_clip`` (SPEC §2), over all rows or ``rows``.
 
-        Sensitivity under substitution of one row: ``2 · grad_clip``.
+        Sensitivity under substitution of one row: ``2 · grad_clip``. With
+        ``count_clipped=True`` also count the rows with ``‖∇ℓ_i‖ > b`` (NOT private; it costs a
+        second pass over the per-row gradients), else ``n_clipped`` is ``None``.
         """
         bound = self._check_bound(grad_clip, "grad_clip")
         theta = self._as_theta(theta)
         total = np.zeros(self.ndim)
-        clipped = 0
+        clipped = 0 if count_clipped else None
         for chunk in self._chunks(rows, True):
-            value, count = self._f_grad(theta, *chunk, bound)
-            total += value
-            clipped += int(count)
+            total += self._f_grad(theta, *chunk, bound)
+            if count_clipped:
+                clipped += int(self._f_grad_count(theta, *chunk, bound))
         return ClippedSum(total, clipped)
 
     def clipped_llr_sum(
@@ -696,11 +702,15 @@ class RowLikelihood:
         theta_new: np.ndarray,
         llr_clip: float,
         rows: np.ndarray | slice | None = None,
+        *,
+        count_clipped: bool = False,
     ) -> ClippedSum:
         """``Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B)`` with ``B = llr_clip`` (SPEC §2).
 
         ``B`` is the absolute bound; the mechanisms pass ``b_l · ‖θ' − θ‖₂``.
-        Sensitivity under substitution of one row: ``2B``.
+        Sensitivity under substitution of one row: ``2B``. With ``count_clipped=True`` also
+        count the rows with ``|ℓ_i(θ') − ℓ_i(θ)| > B`` (NOT private), else ``n_clipped`` is
+        ``None``.
         """
         bound = self._check_bound(llr_clip, "llr_clip")
         theta, theta_new = self._as_theta(theta), self._as_theta(theta_new)
@@ -710,17 +720,17 @@ class RowLikelihood:
             # iteration evaluates the likelihood once instead of twice.
             current = self._cached_loglik(theta)
             ratio = self._cached_loglik(theta_new) - current
-            over = np.abs(ratio) > bound
+            over = int(np.sum(np.abs(ratio) > bound)) if count_clipped else None
             # An undefined ratio (both terms infinite) counts as −B: bounded, against the move.
             ratio = np.clip(np.where(np.isnan(ratio), -bound, ratio), -bound, bound)
-            return ClippedSum(float(ratio.sum()), int(over.sum()))
+            return ClippedSum(float(ratio.sum()), over)
         total = 0.0
         clipped = 0
         for chunk in self._chunks(rows, True):
             value, count = self._f_llr(theta, theta_new, *chunk, bound)
             total += float(value)
             clipped += int(count)
-        return ClippedSum(total, clipped)
+        return ClippedSum(total, clipped if count_clipped else None)
 
     def _cached_loglik(self, theta: np.ndarray) -> np.ndarray:
         """``loglik_rows(θ)`` over all rows, remembering the two θ used last (never released)."""
@@ -738,7 +748,7 @@ class RowLikelihood:
         theta = self._as_theta(theta)
         total = np.zeros(self.ndim)
         for chunk in self._chunks(rows, _count):
-            total += self._f_grad(theta, *chunk, self._check_bound(np.inf, "grad_clip"))[0]
+            total += self._f_grad(theta, *chunk, self._check_bound(np.inf, "grad_clip"))
         return total
 
     def grad_rows(self, theta: np.ndarray, rows: np.ndarray | slice | None = None) -> np.ndarray:
@@ -759,7 +769,7 @@ class RowLikelihood:
                     cols.append(self._grad_blocks[v])
                 else:
                     cols.append(pt.zeros((m, sl.stop - sl.start), dtype=pytensor.config.floatX))
-            self._f_grad_rows = _compile(
+            self._f_grad_rows = compile_function(
                 [self._theta, *self._grad_inputs], pt.concatenate(cols, axis=1)
             )
         return self._f_grad_rows

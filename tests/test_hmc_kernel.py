@@ -42,15 +42,16 @@ def run_chain(iterations: int, *, penalty: bool = True, z_l: float = 3.0, seed: 
         # z_g = 3: gradient noise of sd 30 per coordinate, next to a posterior gradient of
         # about 22 and 63 per posterior standard deviation: far from negligible
         r = release_grad(
-            oracle, noise, theta, grad_clip=GRAD_CLIP, noise_multiplier=3.0, counter=counter
-        )
+            oracle, noise, theta, grad_clip=GRAD_CLIP, noise_multiplier=3.0, counter=counter,
+            count_clipped=True,
+        )  # fmt: skip
         clipped[0] += r.n_clipped
         return r.value + oracle.logprior_grad(theta)
 
     def ratio(theta, theta_new):
         r = release_llr(
             oracle, noise, theta, theta_new, llr_clip=LLR_CLIP, noise_multiplier=z_l,
-            counter=counter,
+            counter=counter, count_clipped=True,
         )  # fmt: skip
         clipped[0] += r.n_clipped
         return r

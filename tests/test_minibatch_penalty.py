@@ -45,6 +45,7 @@ def run_chain(iterations: int, seed: int = 2, variance_correction: bool = True):
         temperature=T,
         counter=counter,
         variance_correction=variance_correction,
+        count_clipped=True,
     )
     state = PenaltyState(mean.copy(), oracle.logprior(mean), np.ones(2))
     params = PenaltyParams(SCALE * sd)

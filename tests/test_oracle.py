@@ -92,18 +92,24 @@ def test_clipped_sums_match_brute_force(name):
     norms = np.linalg.norm(per_row, axis=1)
     bound = float(np.median(norms))  # half the rows are clipped
     expected = (per_row * np.minimum(1, bound / norms)[:, None]).sum(axis=0)
-    result = oracle.clipped_grad_sum(theta, bound)
+    result = oracle.clipped_grad_sum(theta, bound, count_clipped=True)
     np.testing.assert_allclose(result.value, expected, rtol=1e-10, atol=1e-10)
     assert result.n_clipped == int(np.sum(norms > bound))
     assert 0 < result.n_clipped < oracle.n_rows
+    # the count is a non-private diagnostic: computed only when asked for
+    uncounted = oracle.clipped_grad_sum(theta, bound)
+    assert uncounted.n_clipped is None
+    np.testing.assert_array_equal(uncounted.value, result.value)
 
     ratios = oracle.loglik_rows(theta_new) - oracle.loglik_rows(theta)
     llr_bound = float(np.median(np.abs(ratios)))
-    result = oracle.clipped_llr_sum(theta, theta_new, llr_bound)
-    np.testing.assert_allclose(
-        result.value, np.clip(ratios, -llr_bound, llr_bound).sum(), rtol=1e-10, atol=1e-10
-    )
-    assert result.n_clipped == int(np.sum(np.abs(ratios) > llr_bound))
+    for rows in (None, np.arange(oracle.n_rows)):  # cached and compiled paths
+        result = oracle.clipped_llr_sum(theta, theta_new, llr_bound, rows, count_clipped=True)
+        np.testing.assert_allclose(
+            result.value, np.clip(ratios, -llr_bound, llr_bound).sum(), rtol=1e-10, atol=1e-10
+        )
+        assert result.n_clipped == int(np.sum(np.abs(ratios) > llr_bound))
+        assert oracle.clipped_llr_sum(theta, theta_new, llr_bound, rows).n_clipped is None
 
 
 def test_llr_over_all_rows_reuses_the_current_state_and_matches_the_compiled_ratio():
@@ -114,9 +120,9 @@ def test_llr_over_all_rows_reuses_the_current_state_and_matches_the_compiled_rat
     for i in range(6):  # a Metropolis chain: accept some proposals, reject others
         theta_new = theta + rng.normal(0, 0.05, oracle.ndim)
         before = oracle.calls
-        fast = oracle.clipped_llr_sum(theta, theta_new, 0.02)
+        fast = oracle.clipped_llr_sum(theta, theta_new, 0.02, count_clipped=True)
         assert oracle.calls - before == (2 if i == 0 else 1)  # after the start, only θ' is new
-        slow = oracle.clipped_llr_sum(theta, theta_new, 0.02, rows=everything)
+        slow = oracle.clipped_llr_sum(theta, theta_new, 0.02, rows=everything, count_clipped=True)
         np.testing.assert_allclose(fast.value, slow.value, rtol=1e-10)
         assert fast.n_clipped == slow.n_clipped > 0
         theta = theta_new if rng.uniform() < 0.5 else theta

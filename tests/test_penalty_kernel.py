@@ -42,6 +42,7 @@ def run_chain(params: PenaltyParams, iterations: int, seed: int = 2):
         llr_clip=5.0,
         noise_multiplier=1.3,
         counter=counter,
+        count_clipped=True,
     )
     state = PenaltyState(mean.copy(), oracle.logprior(mean), np.ones(2))
     draws, accepted, clipped, sigmas = [], 0, 0, []

@@ -45,7 +45,7 @@ def clipping_run(
 
     def release(a: np.ndarray, b: np.ndarray, llr_clip: float) -> Release:
         nonlocal clipped, releases
-        total = oracle.clipped_llr_sum(a, b, llr_clip * np.linalg.norm(b - a))
+        total = oracle.clipped_llr_sum(a, b, llr_clip * np.linalg.norm(b - a), count_clipped=True)
         clipped += total.n_clipped
         releases += 1
         return Release(total.value, 0.0, total.n_clipped)

@@ -56,7 +56,7 @@ class HMCInfo(NamedTuple):
     diverging: bool
     grad_releases: int  # gradient releases made (L + 1 unless the trajectory diverged)
     noise_std: float  # σ_l of the released ratio (0 if none was made)
-    llr_clipped: int = 0  # rows whose ratio was clipped: NOT private (diagnostics only)
+    llr_clipped: int | None = 0  # rows whose ratio was clipped: NOT private (diagnostics)
 
 
 def leapfrog(

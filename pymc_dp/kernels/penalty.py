@@ -47,7 +47,7 @@ class PenaltyInfo(NamedTuple):
     accepted: bool
     jump: float  # ‖θ' − θ‖₂ of the proposal
     noise_std: float  # σ of the released ratio
-    n_clipped: int  # NOT private
+    n_clipped: int | None  # NOT private; None unless the release counted it
 
 
 def propose(

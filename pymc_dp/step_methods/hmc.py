@@ -234,6 +234,7 @@ class DPHMC(DPStep):
             noise_multiplier=self.llr_noise_multiplier,
             temperature=self.temperature,
             counter=self.counter,
+            count_clipped=self.nonprivate_diagnostics,
         )
         new_state, info = hmc_kernel(
             HMCState(theta, logprior), params, self.rng, oracle.logprior, self._noisy_grad, release
@@ -246,9 +247,10 @@ class DPHMC(DPStep):
             "jump": info.jump,
             "diverging": info.diverging,
             "step_size": step_size,
-            "grad_clipped_fraction": self._grad_clipped[0] / max(self._grad_clipped[1], 1),
-            "llr_clipped_fraction": info.llr_clipped / oracle.n_rows,
         }
+        if self.nonprivate_diagnostics:  # NOT private
+            stats["grad_clipped_fraction"] = self._grad_clipped[0] / max(self._grad_clipped[1], 1)
+            stats["llr_clipped_fraction"] = (info.llr_clipped or 0) / oracle.n_rows
         return new_state.theta, stats
 
     def _noisy_grad(self, theta: np.ndarray) -> np.ndarray:
@@ -261,9 +263,11 @@ class DPHMC(DPStep):
             noise_multiplier=self.grad_noise_multiplier,
             temperature=self.temperature,
             counter=self.counter,
+            count_clipped=self.nonprivate_diagnostics,
         )
-        self._grad_clipped[0] += released.n_clipped
-        self._grad_clipped[1] += self.oracle.n_rows
+        if released.n_clipped is not None:
+            self._grad_clipped[0] += released.n_clipped
+            self._grad_clipped[1] += self.oracle.n_rows
         return released.value + self.oracle.logprior_grad(theta)
 
     def privacy_metadata(self) -> dict[str, Any]:

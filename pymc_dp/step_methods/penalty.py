@@ -175,17 +175,16 @@ class DPPenalty(DPStep):
             noise_multiplier=self.noise_multiplier,
             temperature=self.temperature,
             counter=self.counter,
+            count_clipped=self.nonprivate_diagnostics,
         )
         new_state, info = penalty_kernel(state, params, self.rng, oracle.logprior, release)
         self._directions = new_state.directions
         self._remember_logprior(new_state.theta, new_state.logprior)
         if self.tune:  # acceptance flags are released: tuning on them is free
             self._scale.update(info.accepted)
-        stats = {
-            "accepted": info.accepted,
-            "jump": info.jump,
-            "llr_clipped_fraction": info.n_clipped / rows,  # NOT private
-        }
+        stats = {"accepted": info.accepted, "jump": info.jump}
+        if self.nonprivate_diagnostics:
+            stats["llr_clipped_fraction"] = info.n_clipped / rows  # NOT private
         return new_state.theta, stats
 
     def privacy_metadata(self) -> dict[str, Any]:

@@ -1,0 +1,60 @@
+"""How the oracle compiles its PyTensor functions: PyTensor's default mode plus one rewrite.
+
+Per-row gradient graphs divide row vectors by parameter-only quantities again and again (the
+gradient of a Normal log-density is ``(y − μ)/σ/σ``). A division costs several times a
+multiplication, and PyTensor keeps it, since ``x/c`` and ``x·(1/c)`` can differ in the last
+bit. On this hot path (SPEC §2; ``benchmarks/oracle.py``) that difference is immaterial, so the
+rewrite ``_divide_by_reciprocal`` turns ``x / c`` into ``x · (1/c)`` whenever ``c`` is broadcast
+along an axis of the result: the reciprocal is then computed once per parameter instead of once
+per row. (The two differ beyond rounding only where ``1/c`` overflows, ``|c| < 10⁻³⁰⁸``; a
+gradient that becomes infinite there is zeroed by the clipping, like any non-finite one.) It
+runs after the algebraic canonicalisation, which would turn it back into a division, and
+before elementwise fusion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytensor
+import pytensor.scalar as ps
+import pytensor.tensor as pt
+from pytensor.compile.mode import get_default_mode
+from pytensor.graph.rewriting.basic import in2out, node_rewriter
+from pytensor.tensor.elemwise import Elemwise
+
+__all__ = ["compile_function"]
+
+
+def _divide_by_reciprocal_node(fgraph, node):
+    """``x / c`` → ``x · (1/c)`` when ``c`` is broadcast along an axis of the output."""
+    if not isinstance(node.op.scalar_op, ps.TrueDiv):
+        return None
+    numerator, denominator = node.inputs
+    [out] = node.outputs
+    if not (numerator.dtype == denominator.dtype == out.dtype and out.dtype.startswith("float")):
+        return None
+    broadcast = zip(denominator.type.broadcastable, out.type.broadcastable, strict=True)
+    if not any(den and not res for den, res in broadcast):
+        return None
+    return [pt.mul(numerator, pt.reciprocal(denominator))]
+
+
+# The decorated rewriter gets its own name: compiled functions (which pickle with their mode)
+# then refer to the plain function by the module attribute that holds it.
+_divide_by_reciprocal = node_rewriter([Elemwise])(_divide_by_reciprocal_node)
+
+
+# After canonicalize/specialize/stabilize (≤ 3) and add/mul flattening (48); before fusion (49).
+_MODE = get_default_mode().register((in2out(_divide_by_reciprocal), 48.5))
+
+
+def compile_function(inputs: list[Any], outputs: Any) -> pytensor.compile.function.types.Function:
+    """Compile with the oracle's mode, and with input checks off.
+
+    Every caller passes arrays of the placeholders' dtypes and shapes, so the per-call input
+    validation (measurable at 10⁵ rows split into chunks) is skipped.
+    """
+    fn = pytensor.function(inputs, outputs, mode=_MODE)
+    fn.trust_input = True
+    return fn
