@@ -20,7 +20,7 @@ import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
 from pytensor.compile.mode import get_default_mode
-from pytensor.graph.rewriting.basic import in2out, node_rewriter
+from pytensor.graph.rewriting.basic import MergeOptimizer, in2out, node_rewriter
 from pytensor.tensor.elemwise import Elemwise
 
 __all__ = ["compile_function"]
@@ -46,7 +46,10 @@ _divide_by_reciprocal = node_rewriter([Elemwise])(_divide_by_reciprocal_node)
 
 
 # After canonicalize/specialize/stabilize (≤ 3) and add/mul flattening (48); before fusion (49).
-_MODE = get_default_mode().register((in2out(_divide_by_reciprocal), 48.5))
+# The merge makes the reciprocals of one divisor (used by several divisions) one node, so the
+# fused per-row loop reads each parameter-only value once (Normal model of the benchmark: from
+# 9 such inputs to 4, and 0.55 → 0.44 ms per 10⁵ rows).
+_MODE = get_default_mode().register((in2out(_divide_by_reciprocal), 48.5), (MergeOptimizer(), 48.6))
 
 
 def compile_function(inputs: list[Any], outputs: Any) -> pytensor.compile.function.types.Function:

@@ -49,8 +49,9 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.rewriting.utils import rewrite_graph
-from pytensor.graph.traversal import ancestors
-from pytensor.tensor.type import continuous_dtypes
+from pytensor.graph.traversal import ancestors, applys_between
+from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
+from pytensor.tensor.type import continuous_dtypes, integer_dtypes
 from pytensor.tensor.variable import TensorConstant
 
 from pymc_dp._batching import unbatch_blockwise
@@ -109,6 +110,43 @@ def _display_name(var: Variable) -> str:
     return var.name if var.name else f"<unnamed {var.type}>"
 
 
+def _row_gathers(
+    ell_one: Variable, lik_vars: list[Variable], row_inputs: list[Variable]
+) -> dict[Variable, tuple[Variable, Variable]]:
+    """Value variables that a single row's log-likelihood reads only as one entry ``v[idx]``.
+
+    ``idx`` must be computed from the row's data alone and select one entry along ``v``'s
+    leading axis (group intercepts indexed by a group column). Row ``i``'s gradient with
+    respect to ``v`` is then zero except at ``idx_i``, so it is kept as the gradient with
+    respect to that entry (and its index) instead of a dense ``(n, len(v))`` block. Returns
+    ``{v: (v[idx], idx)}``.
+    """
+    uses: dict[Variable, list[tuple[Any, int]]] = {v: [] for v in lik_vars}
+    for node in applys_between([*lik_vars, *row_inputs], [ell_one]):
+        for position, inp in enumerate(node.inputs):
+            if inp in uses:
+                uses[inp].append((node, position))
+    found = {}
+    rows = set(row_inputs)
+    params = set(lik_vars)
+    for v, used in uses.items():
+        if len(used) != 1 or v.type.ndim == 0:
+            continue
+        node, position = used[0]
+        if not isinstance(node.op, AdvancedSubtensor | AdvancedSubtensor1) or position != 0:
+            continue
+        if len(node.inputs) != 2:
+            continue
+        index = node.inputs[1]
+        if index.type.dtype not in integer_dtypes or index.type.shape != (1,):
+            continue
+        sources = set(ancestors([index]))
+        if sources & params or not sources & rows:
+            continue
+        found[v] = (node.outputs[0], index)
+    return found
+
+
 class RowLikelihood:
     """Per-row log-likelihood, its clipped sums, and the public log-prior of a PyMC model.
 
@@ -131,8 +169,9 @@ class RowLikelihood:
         public) — anything the likelihood reads per row but that is not listed makes validation
         fail, so a mistake here cannot go unnoticed.
     chunk_size : int, optional
-        Rows per compiled call when evaluating all rows. Defaults to a size that keeps the
-        per-row gradient temporaries near 64 MiB.
+        Rows per compiled call when evaluating all rows. Defaults to a size that keeps a
+        chunk's per-row gradient matrix near 1 MiB, so that it stays in cache (a gathered
+        variable such as a group intercept counts one column, not one per group).
     gradient_method : {"auto", "vectorize", "jacobian"}
         How per-row gradients are built (see the module docstring). ``"auto"`` tries
         ``"vectorize"`` and falls back to ``"jacobian"`` if it cannot be built or fails
@@ -177,7 +216,8 @@ class RowLikelihood:
         self._prior_terms = prior_terms
 
         self._setup_parameter_space()
-        if chunk_size is None:
+        self._auto_chunk = chunk_size is None
+        if chunk_size is None:  # refined once the per-row gradient's width is known
             chunk_size = max(_MIN_CHUNK, _CHUNK_BYTES // (8 * max(self.ndim, 1)))
         if int(chunk_size) < 1:
             raise InvalidParameterError(f"chunk_size must be a positive integer, got {chunk_size}.")
@@ -464,11 +504,32 @@ class RowLikelihood:
             )
             ell_one = pt.add(*[t.sum() for t in one_terms])
             lik_vars = self._lik_value_vars(ell_one)
-            grads_one = pytensor.grad(ell_one, lik_vars) if lik_vars else []
+            gathers = _row_gathers(ell_one, lik_vars, one)
+            dense_vars = [v for v in lik_vars if v not in gathers]
+            # A gathered variable's per-row gradient is the gradient with respect to the one
+            # entry the row reads, placed at the row's index: differentiate by that entry.
+            wrt = dense_vars + [gathered for gathered, _ in gathers.values()]
+            grads_one = pytensor.grad(ell_one, wrt) if wrt else []
+            indices_one = [index for _, index in gathers.values()]
             inputs = self._row_placeholders((None, 1))
-            outs = vectorize_graph([ell_one, *grads_one], dict(zip(one, inputs, strict=True)))
+            outs = vectorize_graph(
+                [ell_one, *grads_one, *indices_one], dict(zip(one, inputs, strict=True))
+            )
             outs = unbatch_blockwise(outs)
-            ell, grads = outs[0], outs[1:]
+            ell = outs[0]
+            grads = outs[1 : 1 + len(dense_vars)]
+            m = ell.shape[0]
+            sparse = {
+                v: (g.reshape((m, -1)), index.reshape((m,)))
+                for v, g, index in zip(
+                    gathers,
+                    outs[1 + len(dense_vars) : 1 + len(wrt)],
+                    outs[1 + len(wrt) :],
+                    strict=True,
+                )
+            }
+            lik_vars = dense_vars
+            self.gathered_vars = [v.name for v in gathers]
             self._single_row_axis = True
         else:
             inputs = self._row_placeholders((None,))
@@ -485,18 +546,40 @@ class RowLikelihood:
                 jac = pytensor.gradient.jacobian(g.ravel(), weights, vectorize=True)
                 grads.append(jac.T)
             grads = pytensor.clone_replace(grads, {weights: pt.ones_like(ell)})
+            sparse = {}
+            self.gathered_vars = []
             self._single_row_axis = False
         m = ell.shape[0]
         blocks = {v: g.reshape((m, -1)) for v, g in zip(lik_vars, grads, strict=True)}
-        self._compile_likelihood(ell, blocks, inputs)
+        self._compile_likelihood(ell, blocks, sparse, inputs)
 
     def _compile_likelihood(
-        self, ell: Variable, blocks: dict[Variable, Variable], inputs: list[Variable]
+        self,
+        ell: Variable,
+        blocks: dict[Variable, Variable],
+        sparse: dict[Variable, tuple[Variable, Variable]],
+        inputs: list[Variable],
     ) -> None:
+        """Compile the per-row functions from the per-row log-likelihood and gradient blocks.
+
+        ``blocks`` maps a value variable to its dense per-row gradient, ``(m, size)``.
+        ``sparse`` maps a row-gathered variable ``v`` (the likelihood reads ``v[idx_i]`` only)
+        to ``(g, idx)``: row ``i``'s gradient is ``g_i`` (``(m, size/len(v))``) placed at entry
+        ``idx_i`` of ``v``, zero elsewhere.
+        """
         floatX = pytensor.config.floatX
-        (ell_theta,) = self._to_theta([ell])
-        blocks_theta = dict(zip(blocks, self._to_theta(list(blocks.values())), strict=True))
+        sparse_vars = list(sparse)
+        flat = [ell, *blocks.values(), *[part for v in sparse_vars for part in sparse[v]]]
+        ell_theta, *flat_theta = self._to_theta(flat)
+        blocks_theta = dict(zip(blocks, flat_theta[: len(blocks)], strict=True))
+        rest = flat_theta[len(blocks) :]
+        sparse_theta = {v: (rest[2 * k], rest[2 * k + 1]) for k, v in enumerate(sparse_vars)}
         self._f_loglik = compile_function([self._theta, *inputs], ell_theta)
+        if self._auto_chunk:  # a gathered variable takes one column per row, not len(v)
+            width = sum(sl.stop - sl.start for v, sl, _ in self._slices if v in blocks) + sum(
+                (sl.stop - sl.start) // shape[0] for v, sl, shape in self._slices if v in sparse
+            )
+            self.chunk_size = max(_MIN_CHUNK, _CHUNK_BYTES // (8 * max(width, 1)))
 
         # Clipped gradient sum, SPEC §2: Σ_i g_i · min(1, b / ‖g_i‖), per value-variable block,
         # joined into the raveled vector only at the end. Measured choices (benchmarks/oracle.py):
@@ -515,17 +598,30 @@ class RowLikelihood:
         columns = {v: g.reshape((m,)) if sizes[v] == 1 else g for v, g in blocks_theta.items()}
         # |g| < ∞ is false for ±∞ and NaN: one comparison instead of isnan and isinf
         columns = {v: pt.switch(pt.abs(g) < np.inf, g, 0.0) for v, g in columns.items()}
+        # a row-gathered variable: row i's gradient entries, all at index idx_i of v
+        shapes = {v: shape for v, _, shape in self._slices}
+        entries = {}
+        for v, (g, index) in sparse_theta.items():
+            width = sizes[v] // shapes[v][0]  # entries per index: 1 for a vector v
+            g = g.reshape((m,)) if width == 1 else g
+            entries[v] = (pt.switch(pt.abs(g) < np.inf, g, 0.0), index)
         sq_norm = pt.zeros((m,), dtype=floatX)
-        for v, g in columns.items():
-            if sizes[v] == 1:
+        for g in [*columns.values(), *[g for g, _ in entries.values()]]:
+            if g.ndim == 1:
                 sq_norm = sq_norm + pt.sqr(g)
             else:
-                sq_norm = sq_norm + pt.dot(pt.sqr(g), pt.ones((sizes[v],), dtype=floatX))
+                width = pt.ones((g.shape[1],), dtype=floatX)
+                sq_norm = sq_norm + pt.dot(pt.sqr(g), width)
         x = sq_norm * pt.reciprocal(pt.sqr(bound))  # ‖g_i‖²/b²
         scale = pt.reciprocal(pt.sqrt(0.5 * (x + 1.0 + pt.abs(x - 1.0))))  # 1/√max(x, 1)
         pieces = []
-        for v, _, _ in self._slices:
-            if v not in columns:  # the likelihood does not depend on v: zero per-row gradient
+        for v, _, shape in self._slices:
+            if v in entries:  # Σ_i s_i g_i placed at idx_i: a scatter-add over the rows
+                g, index = entries[v]
+                weighted = scale * g if g.ndim == 1 else scale[:, None] * g
+                acc = pt.zeros((shape[0], *g.shape[1:]), dtype=floatX)
+                pieces.append(pt.inc_subtensor(acc[index], weighted).reshape((sizes[v],)))
+            elif v not in columns:  # the likelihood does not depend on v: zero gradient
                 pieces.append(pt.zeros((sizes[v],), dtype=floatX))
             elif sizes[v] == 1:
                 pieces.append(pt.dot(scale, columns[v]).reshape((1,)))
@@ -547,7 +643,12 @@ class RowLikelihood:
             [self._theta, theta_new, *inputs, llr_bound],
             [clipped.sum(), pt.sum(pt.abs(ratio) > llr_bound)],
         )
-        self._grad_blocks = blocks_theta
+        dense = dict(blocks_theta)
+        for v, (g, index) in sparse_theta.items():  # for grad_rows (tests, diagnostics) only
+            rows = pt.zeros((m, shapes[v][0], sizes[v] // shapes[v][0]), dtype=floatX)
+            rows = pt.set_subtensor(rows[pt.arange(m), index], g)
+            dense[v] = rows.reshape((m, sizes[v]))
+        self._grad_blocks = dense
         self._grad_inputs = inputs
         self._f_grad_rows = None  # compiled on first use (tests, diagnostics)
 

@@ -52,6 +52,21 @@ def hierarchical(n: int = 600, groups: int = 7, seed: int = 3) -> pm.Model:
     return model
 
 
+def group_slopes(n: int = 500, groups: int = 5, seed: int = 8) -> pm.Model:
+    """Group-specific slopes, a (groups, 2) matrix indexed by a row-aligned group column."""
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, groups, n)
+    X = rng.normal(size=(n, 2))
+    y = (rng.normal(size=(groups, 2))[g] * X).sum(axis=1) + rng.normal(size=n)
+    with pm.Model() as model:
+        idx = pm.Data("group_idx", g)
+        Xd = pm.Data("X", X)
+        b = pm.Normal("b", 0, 1, shape=(groups, 2))
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", (b[idx] * Xd).sum(axis=1), sigma, observed=y)
+    return model
+
+
 def mvnormal_rows(n: int = 300, k: int = 3, seed: int = 4) -> pm.Model:
     rng = np.random.default_rng(seed)
     y = rng.multivariate_normal(np.arange(k), np.eye(k) + 0.5, size=n)
@@ -93,6 +108,7 @@ MODELS = {
     "logistic": logistic_regression,
     "linear_halfnormal": linear_regression,
     "hierarchical": hierarchical,
+    "group_slopes": group_slopes,
     "mvnormal_rows": mvnormal_rows,
     "two_observed": two_observed,
     "banana": banana,

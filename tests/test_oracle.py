@@ -13,7 +13,7 @@ from pymc_dp.oracle import RowLikelihood
 
 # The fast path on every model; the exact fallback on models that cover its distinct
 # constructions (dense covariates, group indexing, multivariate rows, a potential prior).
-FALLBACK_MODELS = ("banana", "hierarchical", "logistic", "mvnormal_rows")
+FALLBACK_MODELS = ("banana", "group_slopes", "hierarchical", "logistic", "mvnormal_rows")
 CASES = [(name, "vectorize") for name in sorted(MODELS)] + [
     (name, "jacobian") for name in FALLBACK_MODELS
 ]
@@ -160,6 +160,25 @@ def test_subsets_and_chunks_read_only_what_they_need():
         whole.clipped_grad_sum(theta, 0.5).value,
         rtol=1e-10,
     )
+
+
+@pytest.mark.parametrize(("name", "gathered"), [("hierarchical", ["a"]), ("group_slopes", ["b"])])
+def test_group_indexed_parameters_keep_sparse_per_row_gradients(name, gathered):
+    # a row reads one group's entry, so its gradient is kept as that entry's gradient and the
+    # row's index (one column per row, not one per group); the other tests check the values
+    # against PyMC, finite differences and, row by row, the dense fallback
+    oracle, dense = built(name, "vectorize"), built(name, "jacobian")
+    assert oracle.gathered_vars == gathered
+    assert dense.gathered_vars == []
+    assert oracle.chunk_size > dense.chunk_size  # narrower per-row gradients: bigger chunks
+    theta = random_theta(oracle, seed=19)
+    for bound in (0.3, np.inf):
+        np.testing.assert_allclose(
+            oracle.clipped_grad_sum(theta, bound).value,
+            dense.clipped_grad_sum(theta, bound).value,
+            rtol=1e-9,
+            atol=1e-10,
+        )
 
 
 def test_hyperpriors_are_not_in_the_likelihood():
