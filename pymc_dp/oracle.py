@@ -49,13 +49,13 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.rewriting.utils import rewrite_graph
-from pytensor.graph.traversal import ancestors, applys_between
-from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
-from pytensor.tensor.type import continuous_dtypes, integer_dtypes
+from pytensor.graph.traversal import ancestors
+from pytensor.tensor.type import continuous_dtypes
 from pytensor.tensor.variable import TensorConstant
 
 from pymc_dp._batching import unbatch_blockwise
 from pymc_dp._compile import compile_function
+from pymc_dp._gathers import lift_gathers, row_gathers
 from pymc_dp.errors import (
     CoupledRowsError,
     InvalidParameterError,
@@ -108,43 +108,6 @@ def _is_data_leaf(var: Variable) -> bool:
 
 def _display_name(var: Variable) -> str:
     return var.name if var.name else f"<unnamed {var.type}>"
-
-
-def _row_gathers(
-    ell_one: Variable, lik_vars: list[Variable], row_inputs: list[Variable]
-) -> dict[Variable, tuple[Variable, Variable]]:
-    """Value variables that a single row's log-likelihood reads only as one entry ``v[idx]``.
-
-    ``idx`` must be computed from the row's data alone and select one entry along ``v``'s
-    leading axis (group intercepts indexed by a group column). Row ``i``'s gradient with
-    respect to ``v`` is then zero except at ``idx_i``, so it is kept as the gradient with
-    respect to that entry (and its index) instead of a dense ``(n, len(v))`` block. Returns
-    ``{v: (v[idx], idx)}``.
-    """
-    uses: dict[Variable, list[tuple[Any, int]]] = {v: [] for v in lik_vars}
-    for node in applys_between([*lik_vars, *row_inputs], [ell_one]):
-        for position, inp in enumerate(node.inputs):
-            if inp in uses:
-                uses[inp].append((node, position))
-    found = {}
-    rows = set(row_inputs)
-    params = set(lik_vars)
-    for v, used in uses.items():
-        if len(used) != 1 or v.type.ndim == 0:
-            continue
-        node, position = used[0]
-        if not isinstance(node.op, AdvancedSubtensor | AdvancedSubtensor1) or position != 0:
-            continue
-        if len(node.inputs) != 2:
-            continue
-        index = node.inputs[1]
-        if index.type.dtype not in integer_dtypes or index.type.shape != (1,):
-            continue
-        sources = set(ancestors([index]))
-        if sources & params or not sources & rows:
-            continue
-        found[v] = (node.outputs[0], index)
-    return found
 
 
 class RowLikelihood:
@@ -502,9 +465,9 @@ class RowLikelihood:
             one_terms = pytensor.clone_replace(
                 terms, dict(zip(fixed, one, strict=True)), rebuild_strict=False
             )
-            ell_one = pt.add(*[t.sum() for t in one_terms])
+            ell_one = lift_gathers(pt.add(*[t.sum() for t in one_terms]))
             lik_vars = self._lik_value_vars(ell_one)
-            gathers = _row_gathers(ell_one, lik_vars, one)
+            gathers = row_gathers(ell_one, lik_vars, one)
             dense_vars = [v for v in lik_vars if v not in gathers]
             # A gathered variable's per-row gradient is the gradient with respect to the one
             # entry the row reads, placed at the row's index: differentiate by that entry.

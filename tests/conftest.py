@@ -67,6 +67,22 @@ def group_slopes(n: int = 500, groups: int = 5, seed: int = 8) -> pm.Model:
     return model
 
 
+def noncentred(n: int = 500, groups: int = 6, seed: int = 9) -> pm.Model:
+    """Non-centred group intercepts: the likelihood reads (mu + sigma_a * z)[idx]."""
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, groups, n)
+    y = rng.normal(size=groups)[g] + rng.normal(size=n)
+    with pm.Model() as model:
+        idx = pm.Data("group_idx", g)
+        mu = pm.Normal("mu", 0, 1)
+        sigma_a = pm.HalfNormal("sigma_a", 1)
+        z = pm.Normal("z", 0, 1, shape=groups)
+        a = pm.Deterministic("a", mu + sigma_a * z)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", a[idx], sigma, observed=y)
+    return model
+
+
 def mvnormal_rows(n: int = 300, k: int = 3, seed: int = 4) -> pm.Model:
     rng = np.random.default_rng(seed)
     y = rng.multivariate_normal(np.arange(k), np.eye(k) + 0.5, size=n)
@@ -109,6 +125,7 @@ MODELS = {
     "linear_halfnormal": linear_regression,
     "hierarchical": hierarchical,
     "group_slopes": group_slopes,
+    "noncentred": noncentred,
     "mvnormal_rows": mvnormal_rows,
     "two_observed": two_observed,
     "banana": banana,

@@ -162,7 +162,10 @@ def test_subsets_and_chunks_read_only_what_they_need():
     )
 
 
-@pytest.mark.parametrize(("name", "gathered"), [("hierarchical", ["a"]), ("group_slopes", ["b"])])
+@pytest.mark.parametrize(
+    ("name", "gathered"),
+    [("hierarchical", ["a"]), ("group_slopes", ["b"]), ("noncentred", ["z"])],
+)
 def test_group_indexed_parameters_keep_sparse_per_row_gradients(name, gathered):
     # a row reads one group's entry, so its gradient is kept as that entry's gradient and the
     # row's index (one column per row, not one per group); the other tests check the values
