@@ -593,7 +593,8 @@ class RowLikelihood:
         total = pt.concatenate(pieces) if pieces else pt.zeros((0,), dtype=floatX)
         self._f_grad = compile_function([self._theta, *inputs, bound], total)
         n_clipped = pt.sum(sq_norm > pt.sqr(bound))  # NOT private: diagnostics only
-        self._f_grad_count = compile_function([self._theta, *inputs, bound], n_clipped)
+        self._grad_count = ([self._theta, *inputs, bound], n_clipped)  # compiled on first use
+        self._f_grad_count = None
 
         # Clipped log-likelihood-ratio sum, SPEC §2: Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B).
         theta_new = pt.vector("theta_new", dtype=floatX)
@@ -757,6 +758,8 @@ class RowLikelihood:
         for chunk in self._chunks(rows, True):
             total += self._f_grad(theta, *chunk, bound)
             if count_clipped:
+                if self._f_grad_count is None:
+                    self._f_grad_count = compile_function(*self._grad_count)
                 clipped += int(self._f_grad_count(theta, *chunk, bound))
         return ClippedSum(total, clipped)
 
