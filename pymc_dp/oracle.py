@@ -551,8 +551,8 @@ class RowLikelihood:
         # - the scale is s_i = 1/√max(‖g_i‖²/b², 1), with the maximum written branch-free
         #   (PyTensor's NaN-checking `maximum` mispredicts when many rows are clipped) and 1/b²
         #   computed once, so b = ∞ (no clipping) gives s = 1;
-        # - the count of clipped rows is a separate function: in the same loop it more than
-        #   doubles the cost, and it is a non-private diagnostic that is rarely asked for.
+        # - the count of clipped rows is in a second function, used only when asked for: in the
+        #   same loop it more than doubles the cost, and it is a non-private diagnostic.
         # Non-finite entries (overflow in a model's gradient on an extreme row) are set to zero,
         # so every row still contributes at most b: no NaN reaches a release.
         bound = pt.scalar("grad_clip", dtype=floatX)
@@ -593,8 +593,9 @@ class RowLikelihood:
         total = pt.concatenate(pieces) if pieces else pt.zeros((0,), dtype=floatX)
         self._f_grad = compile_function([self._theta, *inputs, bound], total)
         n_clipped = pt.sum(sq_norm > pt.sqr(bound))  # NOT private: diagnostics only
-        self._grad_count = ([self._theta, *inputs, bound], n_clipped)  # compiled on first use
-        self._f_grad_count = None
+        # with the count, for non-private diagnostics only: compiled on first use
+        self._grad_and_count = ([self._theta, *inputs, bound], [total, n_clipped])
+        self._f_grad_and_count = None
 
         # Clipped log-likelihood-ratio sum, SPEC §2: Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B).
         theta_new = pt.vector("theta_new", dtype=floatX)
@@ -748,19 +749,22 @@ class RowLikelihood:
         """``Σ_i clip_b(∇_θ ℓ_i(θ))`` with ``b = grad_clip`` (SPEC §2), over all rows or ``rows``.
 
         Sensitivity under substitution of one row: ``2 · grad_clip``. With
-        ``count_clipped=True`` also count the rows with ``‖∇ℓ_i‖ > b`` (NOT private; it costs a
-        second pass over the per-row gradients), else ``n_clipped`` is ``None``.
+        ``count_clipped=True`` also count the rows with ``‖∇ℓ_i‖ > b`` (NOT private; counting
+        in the same loop makes a call about twice as slow), else ``n_clipped`` is ``None``.
         """
         bound = self._check_bound(grad_clip, "grad_clip")
         theta = self._as_theta(theta)
         total = np.zeros(self.ndim)
         clipped = 0 if count_clipped else None
+        if count_clipped and self._f_grad_and_count is None:
+            self._f_grad_and_count = compile_function(*self._grad_and_count)
         for chunk in self._chunks(rows, True):
-            total += self._f_grad(theta, *chunk, bound)
             if count_clipped:
-                if self._f_grad_count is None:
-                    self._f_grad_count = compile_function(*self._grad_count)
-                clipped += int(self._f_grad_count(theta, *chunk, bound))
+                value, count = self._f_grad_and_count(theta, *chunk, bound)
+                total += value
+                clipped += int(count)
+            else:
+                total += self._f_grad(theta, *chunk, bound)
         return ClippedSum(total, clipped)
 
     def clipped_llr_sum(
