@@ -47,7 +47,29 @@ def linear_oracle() -> RowLikelihood:
     return RowLikelihood(model)
 
 
-ORACLES = {"logistic": logistic_oracle, "linear": linear_oracle}
+@cache
+def hierarchical_oracle() -> RowLikelihood:
+    """Group intercepts read as ``a[g_i]``: per-row gradients on the sparse (gathered) path."""
+    rng = np.random.default_rng(5)
+    groups = 4
+    extreme = np.concatenate([EXTREME, -np.array(EXTREME)])
+    g = np.concatenate([rng.integers(0, groups, N_BASE), np.arange(extreme.size) % groups])
+    y = np.concatenate([rng.normal(size=N_BASE), extreme])
+    with pm.Model() as model:
+        idx = pm.Data("group_idx", g)
+        a = pm.Normal("a", 0, 1, shape=groups)
+        sigma = pm.HalfNormal("sigma")
+        pm.Normal("y", a[idx], sigma, observed=y)
+    oracle = RowLikelihood(model)
+    assert oracle.gathered_vars == ["a"]
+    return oracle
+
+
+ORACLES = {
+    "logistic": logistic_oracle,
+    "linear": linear_oracle,
+    "hierarchical": hierarchical_oracle,
+}
 
 
 @st.composite
@@ -94,3 +116,13 @@ def test_every_row_is_clipped_to_the_bound():
         assert np.linalg.norm(g) <= bound * (1 + 1e-12)
     r = [oracle.clipped_llr_sum(theta, -theta, bound, rows=np.array([i])).value for i in range(5)]
     assert np.all(np.abs(r) <= bound)
+    # and on the sparse path, where a row's gradient is one group's entry and sigma's
+    oracle = hierarchical_oracle()
+    theta = np.array([0.3, -0.2, 1.0, 0.0, -1.5])
+    bound = 5.0  # unclipped row norms run from 1 to 2e13
+    norms = []
+    for i in range(oracle.n_rows):
+        g = oracle.clipped_grad_sum(theta, bound, rows=np.array([i])).value
+        norms.append(np.linalg.norm(g))
+    assert max(norms) <= bound * (1 + 1e-12)
+    assert min(norms) < 0.99 * bound < max(norms)  # some rows are clipped, some are not
