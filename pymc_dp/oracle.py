@@ -538,11 +538,12 @@ class RowLikelihood:
         rest = flat_theta[len(blocks) :]
         sparse_theta = {v: (rest[2 * k], rest[2 * k + 1]) for k, v in enumerate(sparse_vars)}
         self._f_loglik = compile_function([self._theta, *inputs], ell_theta)
-        if self._auto_chunk:  # a gathered variable takes one column per row, not len(v)
-            width = sum(sl.stop - sl.start for v, sl, _ in self._slices if v in blocks) + sum(
-                (sl.stop - sl.start) // shape[0] for v, sl, shape in self._slices if v in sparse
-            )
-            self.chunk_size = max(_MIN_CHUNK, _CHUNK_BYTES // (8 * max(width, 1)))
+        sizes = {v: sl.stop - sl.start for v, sl, _ in self._slices}
+        shapes = {v: shape for v, _, shape in self._slices}
+        # columns of a row's gradient: all of a dense block, one entry's worth of a gathered v
+        widths = {v: sizes[v] for v in blocks} | {v: sizes[v] // shapes[v][0] for v in sparse}
+        if self._auto_chunk:
+            self.chunk_size = max(_MIN_CHUNK, _CHUNK_BYTES // (8 * max(sum(widths.values()), 1)))
 
         # Clipped gradient sum, SPEC §2: Σ_i g_i · min(1, b / ‖g_i‖), per value-variable block,
         # joined into the raveled vector only at the end. Measured choices (benchmarks/oracle.py):
@@ -557,17 +558,15 @@ class RowLikelihood:
         # so every row still contributes at most b: no NaN reaches a release.
         bound = pt.scalar("grad_clip", dtype=floatX)
         m = ell_theta.shape[0]
-        sizes = {v: sl.stop - sl.start for v, sl, _ in self._slices}
-        columns = {v: g.reshape((m,)) if sizes[v] == 1 else g for v, g in blocks_theta.items()}
-        # |g| < ∞ is false for ±∞ and NaN: one comparison instead of isnan and isinf
-        columns = {v: pt.switch(pt.abs(g) < np.inf, g, 0.0) for v, g in columns.items()}
+
+        def finite(g: Variable, width: int) -> Variable:
+            # one column as a vector; |g| < ∞ is false for ±∞ and NaN (one comparison)
+            g = g.reshape((m,)) if width == 1 else g.reshape((m, width))
+            return pt.switch(pt.abs(g) < np.inf, g, 0.0)
+
+        columns = {v: finite(g, widths[v]) for v, g in blocks_theta.items()}
         # a row-gathered variable: row i's gradient entries, all at index idx_i of v
-        shapes = {v: shape for v, _, shape in self._slices}
-        entries = {}
-        for v, (g, index) in sparse_theta.items():
-            width = sizes[v] // shapes[v][0]  # entries per index: 1 for a vector v
-            g = g.reshape((m,)) if width == 1 else g
-            entries[v] = (pt.switch(pt.abs(g) < np.inf, g, 0.0), index)
+        entries = {v: (finite(g, widths[v]), index) for v, (g, index) in sparse_theta.items()}
         sq_norm = pt.zeros((m,), dtype=floatX)
         for g in [*columns.values(), *[g for g, _ in entries.values()]]:
             if g.ndim == 1:
@@ -610,7 +609,7 @@ class RowLikelihood:
         )
         dense = dict(blocks_theta)
         for v, (g, index) in sparse_theta.items():  # for grad_rows (tests, diagnostics) only
-            rows = pt.zeros((m, shapes[v][0], sizes[v] // shapes[v][0]), dtype=floatX)
+            rows = pt.zeros((m, shapes[v][0], widths[v]), dtype=floatX)
             rows = pt.set_subtensor(rows[pt.arange(m), index], g)
             dense[v] = rows.reshape((m, sizes[v]))
         self._grad_blocks = dense
