@@ -10,11 +10,16 @@ from __future__ import annotations
 __all__ = [
     "BudgetExceededError",
     "CoupledRowsError",
+    "DataChangedError",
+    "InitialPointError",
     "InvalidParameterError",
     "LedgerError",
     "ModelNotSupportedError",
     "PrivacyLeakError",
+    "PrivacyWarning",
+    "PrivateEvaluationError",
     "PyMCDPError",
+    "ReadOnlyParameterError",
 ]
 
 
@@ -44,3 +49,27 @@ class BudgetExceededError(PyMCDPError):
 
 class LedgerError(PyMCDPError):
     """The privacy ledger cannot be opened, read or written."""
+
+
+class InitialPointError(InvalidParameterError):
+    """A chain's starting point is non-finite or outside the model's support (nothing was read)."""
+
+
+class ReadOnlyParameterError(PyMCDPError, AttributeError):
+    """A privacy parameter of a step was changed after construction (build a new step instead)."""
+
+
+class DataChangedError(PyMCDPError, RuntimeError):
+    """The model's row data changed (``pm.set_data``) after the step was built; nothing was read."""
+
+
+class PrivateEvaluationError(PyMCDPError, RuntimeError):
+    """Evaluating the model on the private data failed.
+
+    The original exception is withheld (no message, no chained cause): its text may carry
+    data-derived numbers, such as PyTensor's listing of a failing node's input values.
+    """
+
+
+class PrivacyWarning(UserWarning):
+    """A setting is allowed but weakens the privacy guarantee (e.g. δ ≥ 1/n)."""

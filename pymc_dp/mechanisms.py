@@ -6,19 +6,27 @@ user's ``random_seed`` (an adversary who knows the noise seed can subtract the n
 ``noise_seed`` makes the noise reproducible for tests and research runs; that choice is recorded
 (:attr:`NoiseSource.reproducible`) so it can be reported with the release.
 
-Every release is counted in a :class:`ReleaseCounter`, so that tests and the step methods can check
-that what was released equals what the budget reserved.
+Every release is counted in a :class:`ReleaseCounter`. A step's counter holds the chain's
+reservation (:meth:`ReleaseCounter.allow`), and each release is checked against it *before* the
+data are read: a release that the reservation does not cover (say, a noise multiplier lowered
+after the reservation) raises :class:`~pymc_dp.errors.BudgetExceededError` instead.
+
+A proposal outside the model's support (a parameter-only check of the likelihood fails, e.g.
+``sigma > 0`` after ``exp`` underflowed) is decided without reading data: the released ratio is
+``−∞`` (a rejection) and nothing is released or counted (``RowLikelihood.in_support``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from pymc_dp.accounting.costs import BarkerCost, GaussianCost, PrivacyCost, SubsampledGaussianCost
 from pymc_dp.barker_correction import BarkerCorrection
-from pymc_dp.errors import InvalidParameterError, PyMCDPError
+from pymc_dp.errors import BudgetExceededError, InvalidParameterError, PyMCDPError
 from pymc_dp.oracle import RowLikelihood
 
 __all__ = [
@@ -73,22 +81,93 @@ class NoiseSource:
         return f"NoiseSource({kind})"
 
 
+# Relative slack on the Gaussian allowance: the reservation's μ and the sum of the releases' μ
+# are the same numbers added in another order.
+_MU_SLACK = 1e-9
+
+
 @dataclass
 class ReleaseCounter:
-    """Counts Gaussian releases and their total PLD parameter ``mu`` (SPEC §2–§3)."""
+    """Counts releases and checks each one against the chain's reservation (SPEC §2–§3).
+
+    Without an allowance (``limited=False``, the default for direct use in tests and research)
+    releases are only counted. A step method calls :meth:`allow` with every reservation it makes,
+    and from then on each ``add_*`` call raises :class:`BudgetExceededError` *before* the data
+    are read when the release is not covered: Gaussian releases by their total PLD parameter
+    ``μ``; subsampled releases (minibatch penalty, Barker) by their count for the same sampling
+    ratio and a noise multiplier at least as large as reserved.
+    """
 
     llr_releases: int = 0
     grad_releases: int = 0
     barker_tests: int = 0  # subsampled tests: accounted in RDP, not in mu
     minibatch_llr_releases: int = 0  # subsampled Gaussian releases: PLD accounted, not in mu
     mu: float = 0.0
+    limited: bool = False
+    allowed_mu: float = 0.0
+    allowed_subsampled: dict = dataclasses.field(default_factory=dict)  # (z, q) -> count
+    allowed_barker: dict = dataclasses.field(default_factory=dict)  # (b, n) -> count
+
+    def allow(self, cost: PrivacyCost, iterations: int) -> None:
+        """Add a reservation of ``iterations`` iterations of ``cost`` to what may be released."""
+        self.limited = True
+        if isinstance(cost, GaussianCost):
+            self.allowed_mu += iterations * cost.mu
+        elif isinstance(cost, SubsampledGaussianCost):
+            key = (cost.noise_multiplier, cost.sampling_ratio)
+            self.allowed_subsampled[key] = self.allowed_subsampled.get(key, 0) + iterations
+        elif isinstance(cost, BarkerCost):
+            key = (cost.batch_size, cost.n)
+            self.allowed_barker[key] = self.allowed_barker.get(key, 0) + iterations
+        else:  # pragma: no cover - every step's cost is one of the above
+            raise InvalidParameterError(f"no release allowance for the cost {cost!r}.")
+
+    def _refuse(self, what: str) -> BudgetExceededError:
+        return BudgetExceededError(
+            f"{what}, which this chain's reservation in the privacy ledger does not cover: the "
+            "step's privacy parameters no longer match what it reserved. Nothing was read. "
+            "Privacy parameters cannot change after a step is built: build a new step."
+        )
 
     def add(self, kind: str, noise_multiplier: float) -> None:
+        """Count one Gaussian release (``kind`` "llr" or "grad") with multiplier ``z``."""
+        mu = self.mu + 1.0 / (2.0 * noise_multiplier**2)
+        if self.limited and mu > self.allowed_mu * (1.0 + _MU_SLACK):
+            raise self._refuse(
+                f"This release (noise multiplier {noise_multiplier:.6g}) would bring the chain's "
+                f"Gaussian privacy loss to mu = {mu:.6g} of the {self.allowed_mu:.6g} reserved"
+            )
         if kind == "llr":
             self.llr_releases += 1
         else:
             self.grad_releases += 1
-        self.mu += 1.0 / (2.0 * noise_multiplier**2)
+        self.mu = mu
+
+    def add_minibatch_llr(self, noise_multiplier: float, sampling_ratio: float) -> None:
+        """Count one subsampled Gaussian release (multiplier ``z``, sampling ratio ``q``)."""
+        if self.limited:
+            covered = sum(
+                count
+                for (z, q), count in self.allowed_subsampled.items()
+                if q == sampling_ratio and noise_multiplier >= z
+            )
+            if self.minibatch_llr_releases + 1 > covered:
+                raise self._refuse(
+                    f"Minibatch release number {self.minibatch_llr_releases + 1} (noise "
+                    f"multiplier {noise_multiplier:.6g}, sampling ratio {sampling_ratio:.6g})"
+                )
+        self.minibatch_llr_releases += 1
+
+    def add_barker_test(self, batch_size: int, n_rows: int) -> None:
+        """Count one DP Barker test on a batch of ``b`` of ``n`` rows."""
+        if self.limited and self.barker_tests + 1 > self.allowed_barker.get(
+            (batch_size, n_rows), 0
+        ):
+            raise self._refuse(
+                f"Barker test number {self.barker_tests + 1} (batch of {batch_size} of "
+                f"{n_rows} rows)"
+            )
+        self.barker_tests += 1
 
 
 class Release(NamedTuple):
@@ -130,6 +209,8 @@ def release_llr(
     substitution of one row). One Gaussian mechanism with PLD parameter ``1/(2z²)``.
     """
     z = _check_multiplier(noise_multiplier, "noise_multiplier")
+    if not oracle.in_support(theta_new):  # log-density −∞ for every dataset: reject, read nothing
+        return Release(-np.inf, 0.0, 0 if count_clipped else None)
     bound = float(llr_clip) * float(np.linalg.norm(np.asarray(theta_new) - np.asarray(theta)))
     if counter is not None:
         counter.add("llr", z)
@@ -157,9 +238,9 @@ def release_grad(
     mechanism with PLD parameter ``1/(2z²)``.
     """
     z = _check_multiplier(noise_multiplier, "grad_noise_multiplier")
-    clipped = oracle.clipped_grad_sum(theta, grad_clip, count_clipped=count_clipped)
-    if counter is not None:
+    if counter is not None:  # checked against the reservation before the data are read
         counter.add("grad", z)
+    clipped = oracle.clipped_grad_sum(theta, grad_clip, count_clipped=count_clipped)
     sigma = z * 2.0 * float(grad_clip)
     value = temperature * (clipped.value + noise.normal(sigma, clipped.value.shape[0]))
     return Release(value, temperature * sigma, clipped.n_clipped)
@@ -241,9 +322,11 @@ def release_llr_minibatch(
     z = _check_multiplier(noise_multiplier, "noise_multiplier")
     n, b = oracle.n_rows, int(batch_size)
     _check_batch(b, n)
+    if not oracle.in_support(theta_new):  # log-density −∞ for every dataset: reject, read nothing
+        return Release(-np.inf, 0.0, 0 if count_clipped else None)
     bound = float(llr_clip) * float(np.linalg.norm(np.asarray(theta_new) - np.asarray(theta)))
     if counter is not None:
-        counter.minibatch_llr_releases += 1
+        counter.add_minibatch_llr(z, b / n)
     if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
         return Release(0.0, 0.0, 0 if count_clipped else None)
     rows = noise.generator.choice(n, size=b, replace=False)  # secret: never from random_seed
@@ -299,9 +382,11 @@ def barker_test(
     """
     n = oracle.n_rows
     b = int(batch_size)
-    rows = noise.generator.choice(n, size=b, replace=False)  # secret: never from random_seed
+    if not oracle.in_support(theta_new):  # log-density −∞ for every dataset: reject, read nothing
+        return BarkerDecision(False, 0.0, 0)
     if counter is not None:
-        counter.barker_tests += 1
+        counter.add_barker_test(b, n)
+    rows = noise.generator.choice(n, size=b, replace=False)  # secret: never from random_seed
     n0 = temperature * n
     bound = np.sqrt(b) / n0
     ratio = oracle.loglik_rows(theta_new, rows) - oracle.loglik_rows(theta, rows)
@@ -312,8 +397,8 @@ def barker_test(
     total = correction.normal_variance
     if variance > total:
         raise BarkerVarianceError(
-            f"The batch variance {variance:.3g} exceeds the normal variance C = {total} that the "
-            "Barker test corrects; the test cannot be made exact. Use a larger batch_size."
+            f"The batch variance exceeds the normal variance C = {total} that the Barker test "
+            "corrects; the test cannot be made exact. Use a larger batch_size."
         )
     extra = noise.normal(np.sqrt(total - variance)) + correction.sample(noise.generator)
     return BarkerDecision(bool(lam + extra > 0), variance, n_clipped)

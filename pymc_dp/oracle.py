@@ -51,16 +51,24 @@ from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.type import continuous_dtypes
-from pytensor.tensor.variable import TensorConstant
 
 from pymc_dp._batching import unbatch_blockwise
 from pymc_dp._compile import compile_function
 from pymc_dp._gathers import lift_gathers, row_gathers
+from pymc_dp._leaks import (
+    check_deterministics,
+    check_terms,
+    describe_leaf,
+    is_data_leaf,
+    leaf_value,
+)
 from pymc_dp.errors import (
     CoupledRowsError,
+    DataChangedError,
+    InitialPointError,
     InvalidParameterError,
     ModelNotSupportedError,
-    PrivacyLeakError,
+    PrivateEvaluationError,
 )
 
 __all__ = ["ClippedSum", "RowLikelihood"]
@@ -86,6 +94,10 @@ class ClippedSum(NamedTuple):
     n_clipped: int | None
 
 
+def _row_name(var: Variable) -> str:
+    return var.name or describe_leaf(var)
+
+
 @dataclass(frozen=True)
 class _RowInput:
     """A graph input whose leading axis is the row axis."""
@@ -94,20 +106,6 @@ class _RowInput:
     variable: Variable
     data: np.ndarray
     observed: bool
-
-
-def _input_value(var: Variable) -> np.ndarray:
-    if isinstance(var, SharedVariable):
-        return np.asarray(var.get_value(borrow=True))
-    return np.asarray(var.data)
-
-
-def _is_data_leaf(var: Variable) -> bool:
-    return var.owner is None and isinstance(var, TensorConstant | SharedVariable)
-
-
-def _display_name(var: Variable) -> str:
-    return var.name if var.name else f"<unnamed {var.type}>"
 
 
 class RowLikelihood:
@@ -168,13 +166,14 @@ class RowLikelihood:
                 f"gradient_method={gradient_method!r} is not one of 'auto', 'vectorize', "
                 "'jacobian'."
             )
+        self._check_bounds = bool(getattr(self.model, "check_bounds", True))
         self.value_vars = self._resolve_vars(vars)
         self._initial_point = self.model.initial_point()
         self._observed = self._check_observed()
         self.n_rows = self._observed[0].data.shape[0]
         lik_terms, prior_terms = self._split_logp()
         self._rows = self._find_row_inputs(lik_terms, row_data)
-        self._check_prior_reads_no_data(prior_terms)
+        self._check_no_leaks(prior_terms)
         self._lik_terms = lik_terms
         self._prior_terms = prior_terms
 
@@ -190,6 +189,7 @@ class RowLikelihood:
         self._loglik_cache: list[tuple[bytes, np.ndarray]] = []
 
         self._compile_prior()
+        self._compile_support()
         methods = ["vectorize", "jacobian"] if gradient_method == "auto" else [gradient_method]
         failures: list[str] = []
         coupled = False
@@ -198,7 +198,8 @@ class RowLikelihood:
             try:
                 self._build_likelihood(method)
             except Exception as err:
-                failures.append(f"{method}: could not be built ({type(err).__name__}: {err})")
+                # the type only: a build error's text may print a constant's values
+                failures.append(f"{method}: could not be built ({type(err).__name__})")
                 continue
             if not validate:
                 break
@@ -246,7 +247,7 @@ class RowLikelihood:
                 if v not in model.value_vars:
                     kind = "observed" if v in model.observed_RVs else "not a free variable"
                     raise InvalidParameterError(
-                        f"vars: {_display_name(v)!r} is {kind}. A DP step moves free "
+                        f"vars: {describe_leaf(v)} is {kind}. A DP step moves free "
                         "(unobserved) continuous variables only; remove it from vars."
                     )
                 chosen.append(v)
@@ -282,12 +283,12 @@ class RowLikelihood:
         observed = []
         for rv in model.observed_RVs:
             value = model.rvs_to_values[rv]
-            if not _is_data_leaf(value):
+            if not is_data_leaf(value):
                 raise ModelNotSupportedError(
                     f"Observed variable {rv.name!r} is observed through a computed expression; "
                     "pass a NumPy array or pm.Data container as `observed`."
                 )
-            data = _input_value(value)
+            data = leaf_value(value)
             if data.ndim == 0:
                 raise ModelNotSupportedError(
                     f"Observed variable {rv.name!r} is a scalar; rows are the leading axis of "
@@ -342,29 +343,29 @@ class RowLikelihood:
         observed_vars = {r.variable for r in rows}
         if row_data is None:
             for leaf in ancestors(lik_terms):
-                if leaf in observed_vars or not _is_data_leaf(leaf) or leaf.type.ndim == 0:
+                if leaf in observed_vars or not is_data_leaf(leaf) or leaf.type.ndim == 0:
                     continue
-                data = _input_value(leaf)
+                data = leaf_value(leaf)
                 if data.shape[0] == n:
-                    rows.append(_RowInput(_display_name(leaf), leaf, data, observed=False))
+                    rows.append(_RowInput(_row_name(leaf), leaf, data, observed=False))
         else:
             if isinstance(row_data, str | Variable):
                 row_data = [row_data]
             for item in row_data:
                 var = self.model.named_vars.get(item) if isinstance(item, str) else item
-                if var is None or not _is_data_leaf(var):
+                if var is None or not is_data_leaf(var):
                     raise InvalidParameterError(
                         f"row_data: {item!r} is not a pm.Data container or constant of this "
                         f"model. Data containers: {[v.name for v in self.model.data_vars]}."
                     )
-                data = _input_value(var)
+                data = leaf_value(var)
                 if data.ndim == 0 or data.shape[0] != n:
                     raise InvalidParameterError(
-                        f"row_data: {_display_name(var)!r} has shape {data.shape}, but rows are "
+                        f"row_data: {describe_leaf(var)} has shape {data.shape}, but rows are "
                         f"its leading axis and the observed data has {n} rows."
                     )
                 if var not in observed_vars:
-                    rows.append(_RowInput(_display_name(var), var, data, observed=False))
+                    rows.append(_RowInput(_row_name(var), var, data, observed=False))
         for r in rows:
             if not r.observed and np.issubdtype(r.data.dtype, np.floating):
                 if not np.all(np.isfinite(r.data)):
@@ -374,27 +375,34 @@ class RowLikelihood:
                     )
         return rows
 
-    def _check_prior_reads_no_data(self, prior_terms: list[tuple[str, Variable]]) -> None:
-        row_vars = {r.variable for r in self._rows}
-        row_arrays = [r.data for r in self._rows]
+    def _check_no_leaks(self, prior_terms: list[tuple[str, Variable]]) -> None:
+        """Refuse priors, potentials and deterministics that read row data (``_leaks``).
+
+        Runs before anything is compiled, so a refusal comes in seconds, not after the build.
+        """
         potentials = {p.name for p in self.model.potentials}
-        for name, term in prior_terms:
-            for leaf in ancestors([term]):
-                if not _is_data_leaf(leaf) or leaf.type.ndim == 0:
-                    continue
-                hit = leaf in row_vars
-                if not hit and isinstance(leaf, TensorConstant):
-                    data = leaf.data
-                    hit = any(a.shape == data.shape and np.array_equal(a, data) for a in row_arrays)
-                if hit:
-                    what = "pm.Potential" if name in potentials else "The prior of"
-                    raise PrivacyLeakError(
-                        f"{what} {name!r} reads row data ({_display_name(leaf)!r}). It would "
-                        "enter the log-density without clipping or noise, so the output would "
-                        "not be private. Put per-row terms in an observed variable (e.g. "
-                        "pm.CustomDist(..., observed=data)) and keep priors and potentials free "
-                        "of data."
-                    )
+        terms = [
+            ("pm.Potential" if name in potentials else "The prior of", name, term)
+            for name, term in prior_terms
+        ]
+        check_terms(terms, **self._row_evidence())
+        self.check_deterministics()
+
+    def _row_evidence(self) -> dict[str, Any]:
+        return dict(
+            n_rows=self.n_rows,
+            row_vars={r.variable for r in self._rows},
+            row_arrays=[r.data for r in self._rows],
+        )
+
+    def check_deterministics(self) -> None:
+        """Refuse the model's ``pm.Deterministic``s that read row data (``pm.sample`` stores them).
+
+        Run when the oracle is built and again before sampling, since deterministics can be
+        added to the model afterwards. Raises :class:`~pymc_dp.errors.PrivacyLeakError`.
+        """
+        if self.model is not None:
+            check_deterministics(self.model, **self._row_evidence())
 
     # ------------------------------------------------------------------ graph construction
 
@@ -425,19 +433,28 @@ class RowLikelihood:
     def _to_theta(self, graphs: list[Variable]) -> list[Variable]:
         return pytensor.clone_replace(graphs, self._theta_replacements, rebuild_strict=False)
 
+    def _compile(self, inputs: list[Variable], outputs: Any) -> Any:
+        return compile_function(inputs, outputs, check_bounds=self._check_bounds)
+
     def _compile_prior(self) -> None:
         terms = [lp.sum() for _, lp in self._prior_terms]
         total = pt.add(*terms) if terms else pt.constant(0.0, dtype=pytensor.config.floatX)
         (total,) = self._to_theta([total])
         grad = pytensor.grad(total, self._theta, disconnected_inputs="ignore")
-        self._f_prior = compile_function([self._theta], [total, grad])
+        self._f_prior = self._compile([self._theta], [total, grad])
+        # each term alone, to name a variable whose prior is not finite at a chain's start
+        self._prior_names = [name for name, _ in self._prior_terms]
+        if terms:
+            self._f_prior_terms = self._compile([self._theta], pt.stack(self._to_theta(terms)))
+        else:
+            self._f_prior_terms = None
 
     def _row_placeholders(self, batch_shape: tuple[int | None, ...]) -> list[Variable]:
         return [
             pt.tensor(
-                name=f"{r.name}_rows", dtype=r.data.dtype, shape=batch_shape + r.data.shape[1:]
+                name=f"row_input_{k}", dtype=r.data.dtype, shape=batch_shape + r.data.shape[1:]
             )
-            for r in self._rows
+            for k, r in enumerate(self._rows)
         ]
 
     def _canonical_lik_terms(self) -> tuple[list[Variable], list[Variable]]:
@@ -537,7 +554,7 @@ class RowLikelihood:
         blocks_theta = dict(zip(blocks, flat_theta[: len(blocks)], strict=True))
         rest = flat_theta[len(blocks) :]
         sparse_theta = {v: (rest[2 * k], rest[2 * k + 1]) for k, v in enumerate(sparse_vars)}
-        self._f_loglik = compile_function([self._theta, *inputs], ell_theta)
+        self._f_loglik = self._compile([self._theta, *inputs], ell_theta)
         sizes = {v: sl.stop - sl.start for v, sl, _ in self._slices}
         shapes = {v: shape for v, _, shape in self._slices}
         # columns of a row's gradient: all of a dense block, one entry's worth of a gathered v
@@ -590,7 +607,7 @@ class RowLikelihood:
             else:
                 pieces.append(pt.dot(scale, columns[v]))
         total = pt.concatenate(pieces) if pieces else pt.zeros((0,), dtype=floatX)
-        self._f_grad = compile_function([self._theta, *inputs, bound], total)
+        self._f_grad = self._compile([self._theta, *inputs, bound], total)
         n_clipped = pt.sum(sq_norm > pt.sqr(bound))  # NOT private: diagnostics only
         # with the count, for non-private diagnostics only: compiled on first use
         self._grad_and_count = ([self._theta, *inputs, bound], [total, n_clipped])
@@ -603,7 +620,7 @@ class RowLikelihood:
         ratio = ell_new - ell_theta
         # An undefined ratio (both terms infinite) counts as −B: bounded, and against the move.
         clipped = pt.clip(pt.switch(pt.isnan(ratio), -llr_bound, ratio), -llr_bound, llr_bound)
-        self._f_llr = compile_function(
+        self._f_llr = self._compile(
             [self._theta, theta_new, *inputs, llr_bound],
             [clipped.sum(), pt.sum(pt.abs(ratio) > llr_bound)],
         )
@@ -632,9 +649,9 @@ class RowLikelihood:
             model.logp(),
             model.dlogp(vars=[values_to_rvs[v] for v in self.value_vars]),
         ]
-        reference = pytensor.function(model.value_vars, outputs, on_unused_input="ignore")
-        expected, logp, dlogp = reference(
-            *[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
+        reference = pm.pytensorf.compile(model.value_vars, outputs, on_unused_input="ignore")
+        expected, logp, dlogp = self._private_call(
+            reference, *[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
         )
         return theta, np.asarray(expected), float(logp), np.asarray(dlogp)
 
@@ -649,7 +666,7 @@ class RowLikelihood:
             subsets = [check_rng.choice(self.n_rows, size=k, replace=False) for k in (1, 1, 5)]
             sub_values = [self.loglik_rows(theta, rows=idx, _count=False) for idx in subsets]
         except Exception as err:
-            return f"evaluation on a subset of rows failed ({type(err).__name__}: {err})", False
+            return f"evaluation on a subset of rows failed ({type(err).__name__})", False
         if full.shape != (self.n_rows,):
             return f"per-row values have shape {full.shape}, expected ({self.n_rows},)", True
         tol = dict(rtol=1e-8, atol=1e-10)
@@ -663,14 +680,15 @@ class RowLikelihood:
         prior, prior_grad = self.logprior_and_grad(theta)
         ours = float(np.sum(full)) + prior
         if abs(ours - logp) > 1e-9 * (np.sum(np.abs(full)) + abs(prior)) + 1e-10:
-            return f"log-density {ours!r} differs from PyMC's {logp!r}", True
+            return "the summed log-density differs from PyMC's logp", True
         grad = self.grad_sum(theta, _count=False) + prior_grad
         if not np.all(np.isfinite(dlogp)):
             return None, False  # PyMC's own gradient overflows here: nothing to compare with
         if not np.allclose(grad, dlogp, rtol=1e-7, atol=1e-10):
             scale = np.abs(prior_grad)
             for chunk in self._chunks(None, False):
-                scale = scale + np.abs(self._grad_rows_fn()(theta, *chunk)).sum(axis=0)
+                rows = self._private_call(self._grad_rows_fn(), theta, *chunk)
+                scale = scale + np.abs(rows).sum(axis=0)
             if np.any(np.abs(grad - dlogp) > 1e-7 * scale + 1e-10):
                 return "the gradient differs from PyMC's dlogp", False
         return None, False
@@ -712,6 +730,144 @@ class RowLikelihood:
         """Forget the per-row log-likelihoods kept for the ratio (call when public data change)."""
         self._loglik_cache = []
 
+    # ------------------------------------------------------------------ support and start
+
+    def _compile_support(self) -> None:
+        """The likelihood's parameter checks that read no row data, as a public function of θ.
+
+        A failed check (``sigma > 0`` where ``sigma = exp(θ)`` underflowed) makes the model's
+        log-density −∞ whatever the data: such a proposal is rejected without reading data.
+        Checks that involve row data stay inside the per-row terms (−∞ there, clipped).
+        """
+        from pymc.logprob.utils import CheckParameterValue
+
+        row_vars = {r.variable for r in self._rows}
+        moved = set(self.value_vars)
+        checks: list[tuple[str, Variable]] = []
+        if self._check_bounds:
+            for var in ancestors(self._lik_terms):
+                node = var.owner
+                if node is None or not isinstance(node.op, CheckParameterValue):
+                    continue
+                if not node.op.can_be_replaced_by_ninf:
+                    continue
+                for cond in node.inputs[1:]:
+                    above = set(ancestors([cond]))
+                    if moved.intersection(above) and not row_vars.intersection(above):
+                        checks.append((str(node.op.msg), pt.all(cond)))
+        self._support_messages = list(dict.fromkeys(msg for msg, _ in checks))
+        if not checks:
+            self._f_support = None
+            return
+        conditions = self._to_theta([cond for _, cond in checks])
+        by_message = [
+            pt.all(pt.stack([c for (m, _), c in zip(checks, conditions, strict=True) if m == msg]))
+            for msg in self._support_messages
+        ]
+        self._f_support = self._compile([self._theta], pt.stack(by_message))
+
+    def failed_checks(self, theta: np.ndarray) -> list[str]:
+        """The likelihood's parameter checks (e.g. ``"sigma > 0"``) that fail at θ. Public."""
+        if self._f_support is None:
+            return []
+        ok = self._f_support(self._as_theta(theta))
+        return [msg for msg, good in zip(self._support_messages, ok, strict=True) if not good]
+
+    def in_support(self, theta: np.ndarray) -> bool:
+        """Whether θ is finite and passes every parameter check that reads no row data. Public.
+
+        Outside, the model's log-density is −∞ for every dataset: a proposal there is a
+        rejection (a divergence for HMC), decided without reading data.
+        """
+        theta = np.asarray(theta)
+        if not np.all(np.isfinite(theta)):
+            return False
+        return self._f_support is None or bool(np.all(self._f_support(self._as_theta(theta))))
+
+    def check_start(self, theta: np.ndarray) -> None:
+        """Refuse a chain's starting point that is non-finite or outside the support. Public.
+
+        Reads no data (θ, the log-prior and the parameter-only checks of the likelihood), so it
+        runs before any reservation. Raises :class:`InitialPointError` naming the variable.
+        """
+        theta = np.asarray(theta, dtype=float)
+        for v, sl, _ in self._slices:
+            if not np.all(np.isfinite(theta[sl])):
+                raise InitialPointError(
+                    f"The initial value of {v.name!r} is not finite in the sampler's "
+                    "(unconstrained) space: it is NaN/infinite or outside the variable's support "
+                    "(e.g. a negative value for a positive variable). Give a finite value inside "
+                    "the support in initvals, or leave initvals unset."
+                )
+        terms = [] if self._f_prior_terms is None else self._f_prior_terms(self._as_theta(theta))
+        bad = [
+            name
+            for name, value in zip(self._prior_names, terms, strict=True)
+            if not np.isfinite(value)
+        ]
+        if bad:
+            raise InitialPointError(
+                f"The prior log-density of {bad} is not finite at the initial point (the value "
+                "is outside the support, or so extreme that it overflows). Give initvals well "
+                "inside the support, or leave initvals unset."
+            )
+        failed = self.failed_checks(theta)
+        if failed:
+            observed = [repr(r.name) for r in self._rows if r.observed]
+            raise InitialPointError(
+                f"The likelihood of {', '.join(observed)} is undefined at the initial point of "
+                f"{[v.name for v in self.value_vars]}: the parameter check(s) {failed} fail. "
+                "Give initvals at which the model's parameters are valid, or leave initvals unset."
+            )
+
+    def check_data_unchanged(self) -> None:
+        """Refuse to run when a row input's data changed since the build (``pm.set_data``).
+
+        The oracle was built and validated on the data it holds; data set afterwards would
+        either be ignored or mix with the old rows. Raises :class:`DataChangedError` (no data
+        value appears in the message).
+        """
+        for r in self._rows:
+            if not isinstance(r.variable, SharedVariable):
+                continue
+            current = r.variable.get_value(borrow=True)
+            if current is r.data:
+                continue
+            current = np.asarray(current)
+            if current.shape == r.data.shape and np.array_equal(current, r.data):
+                continue
+            raise DataChangedError(
+                f"The data of {r.name!r} changed after this step was built (pm.set_data?). A DP "
+                "step is built for, validated on and accounted against the rows it was given. "
+                "Build a new step after pm.set_data, with the same PrivacyBudget: its ledger "
+                "counts both analyses."
+            )
+
+    def _private_call(self, fn: Any, *args: Any) -> Any:
+        """Call a compiled function on private data; an error comes back without its text.
+
+        PyTensor's error messages list the input values of the failing node (here: rows of
+        the data, or per-row log-likelihoods). The error is re-raised as
+        :class:`PrivateEvaluationError` outside the ``except`` block, so it carries neither the
+        message nor a cause or context.
+        """
+        try:
+            return fn(*args)
+        except Exception as err:
+            kind = type(err).__name__
+        observed = ", ".join(repr(r.name) for r in self._rows if r.observed)
+        hint = (
+            "An index column (such as a group index) may hold values outside the range of the "
+            "parameter it indexes; check it against public metadata (the number of groups)."
+            if kind == "IndexError"
+            else "Check that the likelihood is defined for every row at every parameter value."
+        )
+        raise PrivateEvaluationError(
+            f"Evaluating the likelihood of {observed} on the private data failed ({kind}). The "
+            f"original message is withheld because it may contain private values. {hint} To "
+            "see the full error, evaluate the model on public synthetic data of the same shape."
+        )
+
     # ------------------------------------------------------------------ public (no data)
 
     def logprior(self, theta: np.ndarray) -> float:
@@ -734,7 +890,7 @@ class RowLikelihood:
     ) -> np.ndarray:
         """Per-row log-likelihood ``ℓ_i(θ)`` for all rows, or for ``rows`` only. Not private."""
         theta = self._as_theta(theta)
-        parts = [self._f_loglik(theta, *chunk) for chunk in self._chunks(rows, _count)]
+        parts = [self._private_call(self._f_loglik, theta, *c) for c in self._chunks(rows, _count)]
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def clipped_grad_sum(
@@ -756,14 +912,14 @@ class RowLikelihood:
         total = np.zeros(self.ndim)
         clipped = 0 if count_clipped else None
         if count_clipped and self._f_grad_and_count is None:
-            self._f_grad_and_count = compile_function(*self._grad_and_count)
+            self._f_grad_and_count = self._compile(*self._grad_and_count)
         for chunk in self._chunks(rows, True):
             if count_clipped:
-                value, count = self._f_grad_and_count(theta, *chunk, bound)
+                value, count = self._private_call(self._f_grad_and_count, theta, *chunk, bound)
                 total += value
                 clipped += int(count)
             else:
-                total += self._f_grad(theta, *chunk, bound)
+                total += self._private_call(self._f_grad, theta, *chunk, bound)
         return ClippedSum(total, clipped)
 
     def clipped_llr_sum(
@@ -797,7 +953,7 @@ class RowLikelihood:
         total = 0.0
         clipped = 0
         for chunk in self._chunks(rows, True):
-            value, count = self._f_llr(theta, theta_new, *chunk, bound)
+            value, count = self._private_call(self._f_llr, theta, theta_new, *chunk, bound)
             total += float(value)
             clipped += int(count)
         return ClippedSum(total, clipped if count_clipped else None)
@@ -818,13 +974,16 @@ class RowLikelihood:
         theta = self._as_theta(theta)
         total = np.zeros(self.ndim)
         for chunk in self._chunks(rows, _count):
-            total += self._f_grad(theta, *chunk, self._check_bound(np.inf, "grad_clip"))
+            total += self._private_call(
+                self._f_grad, theta, *chunk, self._check_bound(np.inf, "grad_clip")
+            )
         return total
 
     def grad_rows(self, theta: np.ndarray, rows: np.ndarray | slice | None = None) -> np.ndarray:
         """Per-row gradients as an ``(m, d)`` matrix. Not private; for tests and diagnostics."""
         theta = self._as_theta(theta)
-        parts = [self._grad_rows_fn()(theta, *chunk) for chunk in self._chunks(rows, True)]
+        fn = self._grad_rows_fn()
+        parts = [self._private_call(fn, theta, *chunk) for chunk in self._chunks(rows, True)]
         return np.concatenate(parts) if parts else np.zeros((0, self.ndim))
 
     # ------------------------------------------------------------------ helpers
@@ -839,7 +998,7 @@ class RowLikelihood:
                     cols.append(self._grad_blocks[v])
                 else:
                     cols.append(pt.zeros((m, sl.stop - sl.start), dtype=pytensor.config.floatX))
-            self._f_grad_rows = compile_function(
+            self._f_grad_rows = self._compile(
                 [self._theta, *self._grad_inputs], pt.concatenate(cols, axis=1)
             )
         return self._f_grad_rows

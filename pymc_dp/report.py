@@ -13,7 +13,7 @@ from typing import Any
 import arviz as az
 
 from pymc_dp.accounting import gaussian_epsilon
-from pymc_dp.errors import InvalidParameterError
+from pymc_dp.errors import InvalidParameterError, PrivacyLeakError
 
 __all__ = ["attach_privacy_metadata", "privacy_report"]
 
@@ -83,16 +83,24 @@ def attach_privacy_metadata(
 ) -> az.InferenceData:
     """Make the result of ``pm.sample(step=dp_step, ...)`` safe to share, and label it.
 
-    Drops the groups that hold private data (``observed_data``, ``constant_data``,
-    ``log_likelihood``) and writes the privacy metadata (:func:`privacy_metadata`) on
-    ``posterior`` and ``sample_stats``. ``chains``, ``tune`` and ``draws`` default to what the
-    InferenceData records (``tuning_steps`` attribute, chain and draw dimensions).
+    It labels only what it has verified. Refused with :class:`~pymc_dp.errors.PrivacyLeakError`:
 
-    Deterministics that read row data cannot be made private after the fact: use
-    :func:`pymc_dp.sample`, which refuses them before sampling.
+    * sample stats that the DP step does not produce (``lp``, ``tree_depth``, ``sampler_0__…``:
+      the draws came from, or together with, a non-DP sampler such as NUTS);
+    * posterior variables that are not the model's free variables or data-free deterministics
+      (a ``pm.Deterministic`` that reads row data is stored without noise);
+    * a ``log_likelihood`` group (every row's exact log-likelihood at every draw).
+
+    The groups that PyMC always writes with the raw data (``observed_data``, ``constant_data``)
+    are dropped, then the privacy metadata (:func:`privacy_metadata`) are written on
+    ``posterior`` and ``sample_stats`` (and their warm-up groups). ``chains``, ``tune`` and
+    ``draws`` default to what the InferenceData records (``tuning_steps`` attribute, chain and
+    draw dimensions). What cannot be verified from the InferenceData (e.g. another pm.sample run
+    on the same data under a different budget) is listed in ``docs/limitations.md``.
     """
     if "posterior" not in idata.groups():
         raise InvalidParameterError("idata has no posterior group: pass pm.sample's result.")
+    _verify_release(idata, step)
     posterior = idata.posterior
     chains = int(posterior.sizes["chain"]) if chains is None else int(chains)
     draws = int(posterior.sizes["draw"]) if draws is None else int(draws)
@@ -106,10 +114,68 @@ def attach_privacy_metadata(
         if group in idata.groups():
             del idata[group]
     meta = privacy_metadata(step, chains=chains, tune=int(tune), draws=draws)
-    for group in ("posterior", "sample_stats"):
+    for group in _LABELLED_GROUPS:
         if group in idata.groups():
             idata[group].attrs.update(meta)
     return idata
+
+
+_LABELLED_GROUPS = ("posterior", "sample_stats", "warmup_posterior", "warmup_sample_stats")
+
+
+def _verify_release(idata: az.InferenceData, step: Any) -> None:
+    """Refuse an InferenceData that holds anything a DP step's release does not (see above)."""
+    from pymc_dp.step_methods.base import DPStep
+
+    if not isinstance(step, DPStep):
+        raise InvalidParameterError(
+            f"step must be the pymc_dp step that produced idata, got {type(step).__name__}."
+        )
+    groups = set(idata.groups())
+    if "log_likelihood" in groups:
+        raise PrivacyLeakError(
+            "idata has a log_likelihood group: every row's exact log-likelihood at every draw, "
+            "computed without noise. It cannot be labelled as a DP release; sample again "
+            "without idata_kwargs={'log_likelihood': True} (pymc_dp.sample refuses it)."
+        )
+    if "sample_stats" not in groups:
+        raise PrivacyLeakError(
+            "idata has no sample_stats group, so it cannot be verified as the output of a "
+            f"{type(step).__name__}. Pass the InferenceData returned by pm.sample(step=step)."
+        )
+    _refuse_unknown(
+        idata,
+        ("sample_stats", "warmup_sample_stats"),
+        set(step.stats_dtypes_shapes),
+        f"which {type(step).__name__} does not produce: the draws come from (or together with) "
+        "another sampler, such as NUTS, that reads the raw data without noise and stores exact "
+        "log-densities. Sample with step=<the DP step> alone (pymc_dp.sample).",
+    )
+    model = step.oracle.model
+    if model is None:
+        raise InvalidParameterError(
+            "This step is a copy without its model (it was pickled). Call "
+            "attach_privacy_metadata with the step object built in this session."
+        )
+    step.oracle.check_deterministics()
+    known = {rv.name for rv in model.free_RVs}
+    known |= {v.name for v in model.value_vars}
+    known |= {d.name for d in model.deterministics}
+    _refuse_unknown(
+        idata,
+        ("posterior", "warmup_posterior"),
+        known,
+        "which are not free variables or deterministics of the step's model, so they cannot "
+        "be verified as private.",
+    )
+
+
+def _refuse_unknown(idata: Any, groups: tuple[str, ...], allowed: set[str], why: str) -> None:
+    for group in groups:
+        if group in idata.groups():
+            unknown = sorted(set(idata[group].data_vars) - allowed)
+            if unknown:
+                raise PrivacyLeakError(f"idata.{group} holds {unknown}, {why}")
 
 
 def privacy_report(idata: az.InferenceData, *, show: bool = True) -> dict[str, Any]:

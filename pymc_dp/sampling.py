@@ -6,11 +6,14 @@ What plain ``pm.sample(step=dp_step)`` does with the private data, and what this
   no jitter: those belong to its NUTS initialisation); the step's mechanisms are the only readers.
 * It stores the raw data in the ``observed_data`` and ``constant_data`` groups: dropped here.
 * It recomputes every ``pm.Deterministic`` at every draw and stores it: one that reads row data
-  would publish a data-dependent value without noise, so such models are refused here.
+  would publish a data-dependent value without noise, so the step refuses such models when it is
+  built (``pymc_dp._leaks``).
 * ``idata_kwargs={"log_likelihood": True}`` stores per-row log-likelihoods: refused.
 * ``return_inferencedata=False`` returns a ``MultiTrace`` with the same deterministics and no
   metadata, and other trace backends persist state: both refused.
-* Free variables outside the DP step would go to NUTS on the raw data: refused by the step.
+* Free variables outside the DP step would go to NUTS on the raw data: refused by the step, and
+  so is a compound of the DP step with any non-DP step (at the chain's first iteration).
+* Row data changed with ``pm.set_data`` after the step was built: refused before sampling.
 """
 
 from __future__ import annotations
@@ -20,11 +23,7 @@ from numbers import Integral, Real
 from typing import Any
 
 import arviz as az
-import numpy as np
 import pymc as pm
-from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.graph.basic import Constant
-from pytensor.graph.traversal import ancestors
 
 from pymc_dp.errors import BudgetExceededError, InvalidParameterError, PrivacyLeakError
 from pymc_dp.report import attach_privacy_metadata
@@ -44,7 +43,8 @@ def plan_iterations(
     """
     if isinstance(chains, bool) or not isinstance(chains, Integral) or chains < 1:
         raise InvalidParameterError(f"chains must be a positive integer, got {chains!r}.")
-    per_chain = step.budget.iterations_per_chain(step.cost, int(chains))
+    budget = step.budget
+    per_chain = budget.iterations_per_chain(step.cost, int(chains))
     if isinstance(tune, bool) or not isinstance(tune, Real):
         raise InvalidParameterError(f"tune must be an int or a fraction in [0, 1), got {tune!r}.")
     if isinstance(tune, Integral):
@@ -64,12 +64,24 @@ def plan_iterations(
     else:
         n_draws = int(draws)
     if n_draws < 1 or n_tune + n_draws > per_chain:
+        state = (
+            f"The budget (ε = {budget.epsilon:g}, δ = {budget.delta:g}) has ε = "
+            f"{budget.epsilon_spent():.4g} reserved on its ledger"
+        )
+        if per_chain == 0:
+            raise BudgetExceededError(
+                f"{state}; nothing more fits: not one more iteration of {type(step).__name__} in "
+                f"each of {chains} chains. Use fewer chains, larger noise multipliers, or a new "
+                "budget for new data. No data was read."
+            )
+        asked = f"{n_tune} tune + {n_draws} draws" if n_draws >= 1 else f"{n_tune} tune"
+        hint = "use fewer iterations or chains, larger noise multipliers, or a larger budget"
+        if per_chain >= 2:
+            hint = f"e.g. tune={per_chain // 2}, draws={per_chain - per_chain // 2}; or {hint}"
         raise BudgetExceededError(
-            f"{chains} chains of {n_tune} tune + {n_draws} draws do not fit the budget "
-            f"(ε = {step.budget.epsilon:g}, δ = {step.budget.delta:g}), which allows {per_chain} "
-            f"iterations per chain for {chains} chains, tuning included. For example: "
-            f"tune={min(n_tune, per_chain // 2)}, draws={per_chain - min(n_tune, per_chain // 2)}; "
-            "or use fewer chains, larger noise multipliers, or a larger budget. No data was read."
+            f"{chains} chains of {asked} do not fit. {state}, and what is left allows "
+            f"{per_chain} iterations per chain for {chains} chains, tuning included: {hint}. "
+            "No data was read."
         )
     return n_tune, n_draws
 
@@ -116,7 +128,8 @@ def sample(
         )
     _refuse_leaky_options(kwargs)
     model = pm.modelcontext(model if model is not None else step.oracle.model)
-    check_deterministics(model, step)
+    step.oracle.check_data_unchanged()
+    step.oracle.check_deterministics()
     n_tune, n_draws = plan_iterations(step, chains=chains, tune=tune, draws=draws)
     step._planned_iterations = n_tune + n_draws
     step._planned_tune = n_tune
@@ -155,30 +168,3 @@ def _refuse_leaky_options(kwargs: dict[str, Any]) -> None:
         )
     if kwargs.get("nuts_sampler", "pymc") != "pymc":
         raise InvalidParameterError("nuts_sampler: DP steps run in PyMC's own sampler only.")
-
-
-def check_deterministics(model: pm.Model, step: DPStep) -> None:
-    """Refuse ``pm.Deterministic``s that read row data: they would be stored without noise."""
-    n = step.oracle.n_rows
-    private = set(step.oracle.row_variables) | set(model.observed_RVs)
-    for det in model.deterministics:
-        leaves = set(ancestors([det]))
-        reads = [v for v in leaves if v in private or _is_row_leaf(v, n)]
-        if reads:
-            names = sorted({getattr(v, "name", None) or "a constant" for v in reads})
-            raise PrivacyLeakError(
-                f"pm.Deterministic {det.name!r} depends on row data ({names}); pm.sample would "
-                "compute it from the private data at every draw and store it without noise. "
-                "Remove it from the model (compute it afterwards from the posterior and public "
-                "inputs), or make it depend on parameters only."
-            )
-
-
-def _is_row_leaf(var: Any, n: int) -> bool:
-    if isinstance(var, SharedVariable):
-        value = np.asarray(var.get_value(borrow=True))
-    elif isinstance(var, Constant):
-        value = np.asarray(var.data)
-    else:
-        return False
-    return value.ndim >= 1 and value.shape[0] == n

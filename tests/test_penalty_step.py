@@ -63,11 +63,12 @@ def test_releases_equal_what_the_budget_reserved_sequential_chains():
     assert step.oracle.calls - before <= 2 * (per_chain + 1)
 
 
-def test_a_chain_past_its_reservation_stops_before_reading():
+def test_a_chain_longer_than_the_budget_is_refused_before_reading():
+    """PyMC tells the chain its length: a chain that does not fit reserves and reads nothing."""
     model, step = make_step()
     plan = step.sampling_kwargs(chains=1)
     reads = []
-    with pytest.raises(BudgetExceededError, match=r"reserved \d+ iterations \(tune \+ draws\)"):
+    with pytest.raises(BudgetExceededError, match=r"only \d+ iterations of this cost still fit"):
         with model:
             pm.sample(
                 step=step,
@@ -79,16 +80,19 @@ def test_a_chain_past_its_reservation_stops_before_reading():
                 compute_convergence_checks=False,
                 callback=lambda **_: reads.append(step.oracle.calls),
             )
-    assert len(reads) == plan["draws"] + plan["tune"]  # the extra iteration never ran
+    assert reads == [] and step.budget.report().reservations == 0  # nothing ran, nothing spent
 
 
 def test_plain_pm_sample_without_a_plan_cannot_overspend():
     model, step = make_step(epsilon=5.0)
     allowed = step.budget.iterations(step.cost)
-    with pytest.raises(BudgetExceededError, match="budget is spent"):
+    with pytest.raises(BudgetExceededError, match=f"only {allowed} iterations"):
         sample(model, step, chains=1, cores=1, draws=allowed + 50, tune=0)
-    assert step.budget.report().spent_epsilon <= 5.0
+    assert step.budget.report().spent_epsilon == 0  # refused before anything was reserved
+    sample(model, step, chains=1, cores=1, draws=allowed, tune=0)  # what fits runs
     assert step.budget.iterations(step.cost) == 0
+    with pytest.raises(BudgetExceededError, match="nothing more fits"):
+        sample(model, step, chains=1, cores=1, draws=10, tune=0)
 
 
 @pytest.mark.slow

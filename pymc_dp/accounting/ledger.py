@@ -367,12 +367,18 @@ class Ledger:
                 )
         if refused is not None:
             still = max_iterations(refused, cost, epsilon, delta)
+            spent = compose_epsilon(refused, delta)[0] if refused else 0.0
+            left = (
+                f"only {still} iterations of this cost still fit"
+                if still
+                else "nothing more fits: not one iteration of this cost"
+            )
             raise BudgetExceededError(
                 f"reserving {k} iterations of {cost.describe()} for {mechanism} on dataset "
-                f"{dataset!r} would exceed its budget (epsilon={epsilon:g}, delta={delta:g}); "
-                f"only {still} iterations of this cost still fit. Nothing was read and nothing "
-                "was recorded: run fewer iterations (or chains), add more noise, or start from "
-                "a larger budget."
+                f"{dataset!r} would exceed its budget (epsilon={epsilon:g}, delta={delta:g}), "
+                f"of which epsilon={spent:.4g} is already reserved; {left}. Nothing was read "
+                "and nothing was recorded: run fewer iterations (or chains), add more noise, "
+                "or start from a larger budget."
             )
         assert entry is not None
         return entry

@@ -13,11 +13,13 @@ from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.barker import BarkerState, barker_kernel
 from pymc_dp.mechanisms import barker_test
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
-from pymc_dp.step_methods.base import (
-    DPStep,
+from pymc_dp.step_methods.base import DPStep
+from pymc_dp.step_methods.options import (
     check_batch_size,
+    check_fraction,
     check_proposal_scale,
     check_temperature,
+    positive_float,
 )
 
 __all__ = ["DPBarker"]
@@ -69,6 +71,12 @@ class DPBarker(DPStep):
         "llr_clipped_fraction": (np.float64, []),
         "batch_variance": (np.float64, []),
     }
+    _privacy_parameters: ClassVar[frozenset[str]] = DPStep._privacy_parameters | {
+        "batch_size",
+        "temperature",
+        "correction",
+        "_cost",
+    }
 
     def __init__(
         self,
@@ -88,15 +96,13 @@ class DPBarker(DPStep):
         rng: Any = None,
     ) -> None:
         self.temperature = check_temperature(temperature)
-        if float(normal_variance) != _PROVED_NORMAL_VARIANCE:
+        if positive_float(normal_variance, "normal_variance") != _PROVED_NORMAL_VARIANCE:
             raise InvalidParameterError(
                 f"normal_variance={normal_variance}: the privacy bound of DP Barker (thesis "
                 "Thm 3.3) is proved for C = 2 only; leave normal_variance=2.0."
             )
         self.correction = BarkerCorrection.load(_PROVED_NORMAL_VARIANCE)
-        if not 0 < float(target_accept) < 1:
-            raise InvalidParameterError(f"target_accept must be in (0, 1), got {target_accept}.")
-        self.target_accept = float(target_accept)
+        self.target_accept = check_fraction(target_accept, "target_accept")
         self.batch_size = check_batch_size(batch_size)
         super().__init__(
             vars,
@@ -110,6 +116,7 @@ class DPBarker(DPStep):
         )
         self._cost = BarkerCost(self.batch_size, self.oracle.n_rows)  # checks b against n
         self.proposal_scale = check_proposal_scale(proposal_scale, self.oracle.ndim)
+        self._finish_build()
 
     @property
     def cost(self) -> BarkerCost:

@@ -3,15 +3,24 @@
 A :class:`DPStep` is a PyMC ``BlockedStep``. PyMC 5 runs chains either sequentially with one step
 object (calling ``set_rng`` at each chain start) or in worker processes with cloudpickled copies
 (again calling ``set_rng`` first). Both paths go through :meth:`DPStep._setup_chain`, which resets
-the per-chain counters and draws a fresh secret noise source. Before its first read of the data a
-chain reserves its iterations from the budget's ledger (atomic across processes), so a chain that
-would overspend stops before reading anything.
+the per-chain counters, draws a fresh secret noise source and learns the chain's length from
+PyMC (:mod:`pymc_dp._pymc_compat`). Before its first read of the data a chain
+
+1. refuses to run beside a non-DP step (a compound step would hand the data to it),
+2. checks that the row data are still those the step was built on (``pm.set_data``),
+3. checks its starting point (finite, inside the support: named variable otherwise),
+4. reserves exactly its iterations from the budget's ledger (atomic across processes),
+
+so a chain that would leak or overspend stops before reading anything. Every release is then
+checked against the reservation (:class:`~pymc_dp.mechanisms.ReleaseCounter`), and the privacy
+parameters of a step are read-only once it is built (:attr:`DPStep._privacy_parameters`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from abc import abstractmethod
 from typing import Any, ClassVar
 
@@ -21,19 +30,21 @@ from pymc.step_methods.compound import BlockedStep
 from rich.progress import TextColumn
 from rich.table import Column
 
+from pymc_dp._pymc_compat import chain_setup_from_caller
 from pymc_dp.accounting import PrivacyBudget, gaussian_epsilon
 from pymc_dp.accounting.costs import PrivacyCost
-from pymc_dp.errors import BudgetExceededError, InvalidParameterError, PrivacyLeakError
+from pymc_dp.errors import (
+    BudgetExceededError,
+    InvalidParameterError,
+    PrivacyLeakError,
+    PrivacyWarning,
+    ReadOnlyParameterError,
+)
 from pymc_dp.mechanisms import NoiseSource, ReleaseCounter
 from pymc_dp.oracle import RowLikelihood
+from pymc_dp.step_methods.options import check_flag, check_noise_rng
 
-__all__ = [
-    "DPStep",
-    "check_batch_size",
-    "check_proposal_scale",
-    "check_temperature",
-    "positive_float",
-]
+__all__ = ["DPStep"]
 
 # Iterations reserved at a time when no sampling plan was given (plain ``pm.sample``).
 _RESERVATION_BLOCK = 100
@@ -51,6 +62,33 @@ class DPStep(BlockedStep):
     }
     #: Data-dependent numbers computed without noise, kept only with nonprivate_diagnostics=True.
     _nonprivate_stats: ClassVar[dict] = {}
+    #: Attributes that decide what a release costs or reveals: read-only once the step is built
+    #: (subclasses add theirs). Changing one would make the releases differ from the reservation.
+    _privacy_parameters: ClassVar[frozenset[str]] = frozenset(
+        {"budget", "oracle", "nonprivate_diagnostics", "noise_reproducible", "_noise_seed"}
+    )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._privacy_parameters and self.__dict__.get("_built", False):
+            raise ReadOnlyParameterError(
+                f"{type(self).__name__}.{name} is a privacy parameter and cannot change after "
+                "the step is built: the budget reserves what the step's parameters release. "
+                f"Build a new {type(self).__name__} with {name.lstrip('_')}=... instead."
+            )
+        super().__setattr__(name, value)
+
+    def _finish_build(self) -> None:
+        """Called at the end of each step's ``__init__``: privacy parameters become read-only."""
+        n = self.oracle.n_rows
+        if self.budget.delta >= 1.0 / n:
+            warnings.warn(
+                f"delta = {self.budget.delta:g} is at least 1/n = 1/{n}: an (ε, δ)-DP release "
+                "with δ ≥ 1/n allows publishing one individual's row outright. Use δ well below "
+                f"1/n (e.g. delta={0.1 / n:.1g}, the seeds' 0.1/n).",
+                PrivacyWarning,
+                stacklevel=3,
+            )
+        self._built = True
 
     def __init__(
         self,
@@ -65,12 +103,14 @@ class DPStep(BlockedStep):
         rng: Any = None,
     ) -> None:
         model = pm.modelcontext(model)
+        noise_rng = check_noise_rng(noise_rng)
+        nonprivate_diagnostics = check_flag(nonprivate_diagnostics, "nonprivate_diagnostics")
         if not isinstance(budget, PrivacyBudget):
             raise InvalidParameterError(
                 f"budget must be a pymc_dp.PrivacyBudget, got {type(budget).__name__}. Create "
                 "one with pymc_dp.PrivacyBudget(epsilon=..., delta=...)."
             )
-        if not blocked:
+        if not check_flag(blocked, "blocked"):
             raise InvalidParameterError(
                 f"{type(self).__name__} must update all variables together (blocked=True): one "
                 "step per variable would read the data once per variable."
@@ -90,7 +130,7 @@ class DPStep(BlockedStep):
         self.oracle = RowLikelihood(model, value_vars, row_data=row_data)
         self.vars = list(self.oracle.value_vars)
         self.budget = budget
-        self.nonprivate_diagnostics = bool(nonprivate_diagnostics)
+        self.nonprivate_diagnostics = nonprivate_diagnostics
         if self.nonprivate_diagnostics:  # opt-in, and recorded: the release is then not DP
             shapes = {**type(self).stats_dtypes_shapes, **self._nonprivate_stats}
             self.stats_dtypes_shapes = shapes
@@ -145,8 +185,9 @@ class DPStep(BlockedStep):
         tune = math.floor(tune_fraction * per_chain)
         if per_chain - tune < 1:
             raise BudgetExceededError(
-                f"The budget allows {per_chain} iterations per chain for {chains} chains, too few "
-                "to draw after tuning: use fewer chains, more noise, or a larger budget."
+                f"{self._budget_state()} {per_chain} iterations per chain fit for {chains} "
+                f"chains, too few to draw after tuning (tune_fraction={tune_fraction}). Use "
+                "fewer chains, larger noise multipliers, or a larger budget. No data was read."
             )
         self._planned_iterations = per_chain
         self._planned_tune = tune
@@ -160,6 +201,11 @@ class DPStep(BlockedStep):
         # Sequential chains get step.tune = bool(tune) right after this; worker processes get
         # no other signal than stop_tuning at draw == tune, so start every chain tuning.
         self.tune = True
+        setup = chain_setup_from_caller()
+        self._check_compound(setup.compound)
+        if setup.iterations is not None and setup.tune is not None:
+            self._planned_iterations = setup.iterations
+            self._planned_tune = setup.tune
         self._setup_chain()
 
     def setup_chain(self, rng: Any, tune: int, draws: int) -> None:  # PyMC 6 API
@@ -168,6 +214,35 @@ class DPStep(BlockedStep):
         self._planned_tune = int(tune)
         self.tune = int(tune) > 0
         self._setup_chain()
+
+    def _check_compound(self, compound: Any) -> None:
+        """Remember a refusal if PyMC runs this step beside a non-DP step (raised before reading).
+
+        ``pm.sample(step=[dp_step, pm.NUTS([mu])])`` gives ``mu`` to NUTS as well, which reads the
+        raw data at every leapfrog step and stores its exact log-density (``lp``). Two DP steps
+        together are allowed only when they share one budget (the same ledger and dataset).
+        """
+        self._compound_refusal = None
+        if compound is None:
+            return
+        others = [m for m in compound.methods if m is not self]
+        foreign = [type(m).__name__ for m in others if not isinstance(m, DPStep)]
+        ledgers = {
+            (m.budget.ledger_path, m.budget.dataset) for m in others if isinstance(m, DPStep)
+        }
+        if foreign:
+            self._compound_refusal = PrivacyLeakError(
+                f"{type(self).__name__} is running beside {foreign} in one pm.sample call. Those "
+                "steps read the raw data without noise (and store exact log-densities), so the "
+                f"output would not be private. Give only the {type(self).__name__} to pm.sample "
+                "(step=dp_step): it samples every free variable. Nothing was read."
+            )
+        elif ledgers - {(self.budget.ledger_path, self.budget.dataset)}:
+            self._compound_refusal = PrivacyLeakError(
+                "Several DP steps with different privacy budgets are running in one pm.sample "
+                "call: they read the same data, so they must share one PrivacyBudget. Nothing "
+                "was read."
+            )
 
     def _setup_chain(self) -> None:
         if self._noise_seed is None:
@@ -186,36 +261,61 @@ class DPStep(BlockedStep):
         self._iteration = 0
         self._reset_adaptation()
 
+    def _budget_state(self) -> str:
+        """What the budget has spent and what is left, for messages (reads no data)."""
+        budget = self.budget
+        return (
+            f"The budget (ε = {budget.epsilon:g}, δ = {budget.delta:g}) has ε = "
+            f"{budget.epsilon_spent():.4g} reserved on its ledger;"
+        )
+
+    def _before_first_read(self, theta: np.ndarray) -> None:
+        """A chain's checks before it reads anything (see the module docstring)."""
+        if getattr(self, "_compound_refusal", None) is not None:
+            raise self._compound_refusal
+        self.oracle.check_data_unchanged()
+        self.oracle.check_start(theta)
+
     def _reserve(self) -> None:
-        """Reserve iterations before reading data (atomic across processes)."""
-        wanted = self._planned_iterations or _RESERVATION_BLOCK
-        if self._planned_iterations is None:
-            wanted = min(wanted, self.budget.iterations(self.cost))
+        """Reserve iterations before reading data (atomic across processes).
+
+        A chain whose length PyMC told the step (or that was planned) reserves exactly that
+        many; otherwise blocks of up to ``_RESERVATION_BLOCK``, never more than fits.
+        """
+        planned = self._planned_iterations
+        if planned is not None and self._reserved == 0:
+            wanted = planned
+        else:
+            wanted = min(_RESERVATION_BLOCK, self.budget.iterations(self.cost))
         if wanted < 1:
             raise BudgetExceededError(
-                f"The privacy budget is spent after {self._iteration} iterations of this chain; "
-                "no data was read for this one. Plan the run with "
-                f"step.sampling_kwargs(chains=...) (here: {self._allowance_hint()})."
+                f"{self._budget_state()} not one more iteration of {type(self).__name__} fits "
+                f"(this chain ran {self._iteration}). Nothing more was read; the draws so far "
+                "are all this budget buys. Plan runs with pymc_dp.sample or "
+                "step.sampling_kwargs(chains=...)."
             )
         self._reservation = self.budget.reserve(self.cost, wanted, mechanism=type(self).__name__)
+        self.counter.allow(self.cost, wanted)
         self._reserved += wanted
-
-    def _allowance_hint(self) -> str:
-        total = self.budget.iterations(self.cost) + self._reserved
-        return f"{total} more iterations fit in the budget over all chains"
 
     # ---------------------------------------------------------------- PyMC step
 
     def step(self, point: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[dict]]:
+        theta = self.oracle.ravel(point)
         if self._iteration >= self._reserved:
-            if self._planned_iterations is not None and self._reserved > 0:
+            if not self.__dict__.get("_built", False):
+                raise InvalidParameterError(
+                    f"{type(self).__name__} was not fully built (its __init__ did not finish)."
+                )
+            if self._reserved == 0:
+                self._before_first_read(theta)
+            elif self._planned_iterations is not None:
                 raise BudgetExceededError(
                     f"This chain reserved {self._reserved} iterations (tune + draws) and was asked "
                     "for more; nothing more was read. Use the draws/tune of "
                     "step.sampling_kwargs(chains=...)."
                 )
             self._reserve()
-        theta = self.oracle.ravel(point)
         new_theta, stats = self._iterate(theta)
         self._iteration += 1
         self._reservation.spend(1)
@@ -287,40 +387,3 @@ class DPStep(BlockedStep):
             "dp_iterations_this_chain": self._iteration,
             "dp_epsilon_this_chain": self._spent(self._iteration)["epsilon_spent"],
         }
-
-
-def positive_float(value: Any, name: str) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise InvalidParameterError(f"{name} must be a positive number, got {value!r}.") from None
-    if not (np.isfinite(value) and value > 0):
-        raise InvalidParameterError(f"{name} must be positive and finite, got {value}.")
-    return value
-
-
-def check_batch_size(batch_size: Any) -> int:
-    """An integer ``batch_size`` (its range against the rows is checked once the oracle exists)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
-        raise InvalidParameterError(f"batch_size must be an integer, got {batch_size!r}.")
-    return int(batch_size)
-
-
-def check_temperature(temperature: Any) -> float:
-    """``T ∈ (0, 1]``: the likelihood is tempered, the privacy guarantee is unchanged."""
-    if not 0 < float(temperature) <= 1:
-        raise InvalidParameterError(f"temperature must be in (0, 1], got {temperature}.")
-    return float(temperature)
-
-
-def check_proposal_scale(value: Any, ndim: int) -> np.ndarray:
-    """A positive, finite random-walk scale per coordinate (a scalar is broadcast)."""
-    try:
-        scale = np.broadcast_to(np.asarray(value, dtype=float), (ndim,))
-    except ValueError:
-        raise InvalidParameterError(
-            f"proposal_scale has shape {np.shape(value)}; give a scalar or {ndim} values."
-        ) from None
-    if not np.all(np.isfinite(scale) & (scale > 0)):
-        raise InvalidParameterError("proposal_scale must be positive and finite.")
-    return scale.copy()

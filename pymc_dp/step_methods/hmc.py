@@ -12,7 +12,14 @@ from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.hmc import HMCParams, HMCState, hmc_kernel
 from pymc_dp.mechanisms import release_grad, release_llr
 from pymc_dp.step_methods.adaptation import DualAverage, MassWindows
-from pymc_dp.step_methods.base import DPStep, check_temperature, positive_float
+from pymc_dp.step_methods.base import DPStep
+from pymc_dp.step_methods.options import (
+    check_flag,
+    check_fraction,
+    check_positive_int,
+    check_temperature,
+    positive_float,
+)
 
 __all__ = ["DPHMC"]
 
@@ -90,6 +97,14 @@ class DPHMC(DPStep):
         "grad_clipped_fraction": (np.float64, []),
         "llr_clipped_fraction": (np.float64, []),
     }
+    _privacy_parameters: ClassVar[frozenset[str]] = DPStep._privacy_parameters | {
+        "grad_noise_multiplier",
+        "llr_noise_multiplier",
+        "grad_clip",
+        "llr_clip",
+        "n_steps",
+        "temperature",
+    }
 
     def __init__(
         self,
@@ -128,23 +143,25 @@ class DPHMC(DPStep):
                     f"seeds' form, z = tau_{short}·√n)."
                 )
         self.step_size = positive_float(step_size, "step_size")
-        if isinstance(n_steps, bool) or not isinstance(n_steps, int | np.integer) or n_steps < 1:
-            raise InvalidParameterError(f"n_steps must be a positive integer, got {n_steps!r}.")
-        self.n_steps = int(n_steps)
+        self.n_steps = check_positive_int(n_steps, "n_steps")
         self.grad_clip = positive_float(grad_clip, "grad_clip")
         self.llr_clip = positive_float(llr_clip, "llr_clip")
         self.temperature = check_temperature(temperature)
-        if not 0 < float(target_accept) < 1:
-            raise InvalidParameterError(f"target_accept must be in (0, 1), got {target_accept}.")
-        self.target_accept = float(target_accept)
-        jitter = _DEFAULT_JITTER if step_jitter is True else float(step_jitter or 0.0)
+        self.target_accept = check_fraction(target_accept, "target_accept")
+        if isinstance(step_jitter, bool | np.bool_):
+            jitter = _DEFAULT_JITTER if step_jitter else 0.0
+        else:
+            try:
+                jitter = float(step_jitter)
+            except (TypeError, ValueError):
+                jitter = -1.0
         if not 0 <= jitter < 1:
             raise InvalidParameterError(
                 f"step_jitter must be True, False or a fraction in [0, 1), got {step_jitter!r}."
             )
         self.step_jitter = jitter
-        self.adapt_step_size = bool(adapt_step_size)
-        self.adapt_mass = bool(adapt_mass)
+        self.adapt_step_size = check_flag(adapt_step_size, "adapt_step_size")
+        self.adapt_mass = check_flag(adapt_mass, "adapt_mass")
         super().__init__(
             vars,
             budget=budget,
@@ -175,6 +192,7 @@ class DPHMC(DPStep):
             raise InvalidParameterError("mass_diag must be positive and finite.")
         self.mass_diag = mass
         self._reset_adaptation()
+        self._finish_build()
 
     @property
     def cost(self) -> GaussianCost:
@@ -254,7 +272,14 @@ class DPHMC(DPStep):
         return new_state.theta, stats
 
     def _noisy_grad(self, theta: np.ndarray) -> np.ndarray:
-        """``g̃(θ) = T · (G(θ) + N(0, σ_g² I)) + ∇ log p(θ)``: one counted gradient release."""
+        """``g̃(θ) = T · (G(θ) + N(0, σ_g² I)) + ∇ log p(θ)``: one counted gradient release.
+
+        Outside the model's support (a parameter-only check fails: the log-density is −∞ for
+        every dataset) the gradient is undefined: NaN, without reading data, which ends the
+        trajectory as a divergence, as in PyMC's own HMC.
+        """
+        if not self.oracle.in_support(theta):
+            return np.full(self.oracle.ndim, np.nan)
         released = release_grad(
             self.oracle,
             self.noise,

@@ -12,9 +12,11 @@ from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.penalty import PenaltyParams, PenaltyState, penalty_kernel
 from pymc_dp.mechanisms import release_llr, release_llr_minibatch
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
-from pymc_dp.step_methods.base import (
-    DPStep,
+from pymc_dp.step_methods.base import DPStep
+from pymc_dp.step_methods.options import (
     check_batch_size,
+    check_flag,
+    check_fraction,
     check_proposal_scale,
     check_temperature,
     positive_float,
@@ -82,6 +84,12 @@ class DPPenalty(DPStep):
 
     name = "dp_penalty"
     _nonprivate_stats: ClassVar[dict] = {"llr_clipped_fraction": (np.float64, [])}
+    _privacy_parameters: ClassVar[frozenset[str]] = DPStep._privacy_parameters | {
+        "noise_multiplier",
+        "llr_clip",
+        "temperature",
+        "batch_size",
+    }
 
     def __init__(
         self,
@@ -120,10 +128,14 @@ class DPPenalty(DPStep):
         self.batch_size = batch_size
         self.llr_clip = positive_float(llr_clip, "llr_clip")
         self.temperature = check_temperature(temperature)
-        self.one_component = bool(one_component or guided)
-        self.guided = bool(guided)
+        self.guided = check_flag(guided, "guided")
+        self.one_component = check_flag(one_component, "one_component") or self.guided
         default_target = _TARGET_OCU if self.one_component else _TARGET_RW
-        self.target_accept = float(target_accept or default_target)
+        self.target_accept = (
+            default_target
+            if target_accept is None
+            else check_fraction(target_accept, "target_accept")
+        )
         super().__init__(
             vars,
             budget=budget,
@@ -145,6 +157,7 @@ class DPPenalty(DPStep):
                     f"n = {n}."
                 )
             self._drop_stats("mu_spent")  # a subsampled release has no Gaussian μ
+        self._finish_build()
 
     @property
     def cost(self) -> GaussianCost | SubsampledGaussianCost:
