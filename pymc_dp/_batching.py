@@ -20,7 +20,8 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.tensor.basic import Split
 from pytensor.tensor.blockwise import Blockwise
-from pytensor.tensor.subtensor import AdvancedSubtensor
+
+from pymc_dp._compat import GATHER_OPS, indexes_leading_axes
 
 __all__ = ["unbatch_blockwise"]
 
@@ -41,10 +42,12 @@ def _advanced_subtensor_with_batched_indices(fgraph, node):
     largest core index rank, which keeps the batch dimensions aligned on the left.
     """
     op = node.op
-    if not isinstance(op.core_op, AdvancedSubtensor):
+    if not isinstance(op.core_op, GATHER_OPS):
         return None
     batch_ndim = op.batch_ndim(node)
     x, *idxs = node.inputs
+    if not indexes_leading_axes(op.core_op, len(idxs)):
+        return None
     x_core = _squeeze_batch(x, batch_ndim)
     if x_core is None or not idxs:
         return None

@@ -19,23 +19,25 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors, applys_between
 from pytensor.tensor.elemwise import Elemwise
-from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 from pytensor.tensor.type import integer_dtypes
+
+from pymc_dp._compat import GATHER_OPS, leading_axis_indices
 
 __all__ = ["lift_gathers", "row_gathers"]
 
 
 def _single_index(node: Any) -> Variable | None:
     """The index of a gather ``x[idx]`` along the leading axis with one integer array."""
-    if not isinstance(node.op, AdvancedSubtensor | AdvancedSubtensor1) or len(node.inputs) != 2:
+    indices = leading_axis_indices(node)
+    if indices is None or len(indices) != 1:
         return None
-    index = node.inputs[1]
+    [index] = indices
     if not isinstance(index.type, pt.TensorType) or index.type.dtype not in integer_dtypes:
         return None
     return index
 
 
-@node_rewriter([AdvancedSubtensor, AdvancedSubtensor1])
+@node_rewriter(list(GATHER_OPS))
 def _gather_of_elemwise(fgraph, node):
     """``f(x, y, …)[idx]`` → ``f(x[idx], y[idx], …)``, inputs broadcast along axis 0 kept."""
     index = _single_index(node)

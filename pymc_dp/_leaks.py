@@ -7,8 +7,9 @@ a row input would put the data into the output without clipping or noise: the lo
 (priors, potentials) or the stored draws (deterministics). The rule applied here:
 
     a data leaf (shared variable or constant, ``ndim ≥ 1``) reached from a non-likelihood term
-    is **private** when its leading length is ``n``, when it is one of the oracle's row inputs,
-    or when its values equal a row input's (in any shape: a reshaped copy of the data).
+    is **private** when it is one of the oracle's row inputs, when it holds at least ``n``
+    numbers (one per individual: row data in any layout, ``X.T``, ``y.reshape(1, -1)``, a
+    padded copy), or when its values equal a row input's (in any shape or dtype).
 
 Such a term is refused with :class:`~pymc_dp.errors.PrivacyLeakError` naming the term and the
 input. Reading a leaf only for its *shape* (``x.shape[0]``) is public and allowed: ``n`` is public.
@@ -85,7 +86,7 @@ def data_leaves(graphs: Sequence[Variable]) -> list[Variable]:
 def _equals_a_row_input(value: np.ndarray, row_arrays: Iterable[np.ndarray]) -> bool:
     for rows in row_arrays:
         if rows.size == value.size and rows.size > 0:
-            if np.array_equal(rows.ravel(), value.ravel()):
+            if np.array_equal(rows.ravel().astype(value.dtype), value.ravel()):
                 return True
     return False
 
@@ -104,7 +105,7 @@ def private_leaves(
             found.append(leaf)
             continue
         value = leaf_value(leaf)
-        if value.shape[0] == n_rows or _equals_a_row_input(value, row_arrays):
+        if value.size >= n_rows or _equals_a_row_input(value, row_arrays):
             found.append(leaf)
     return found
 
@@ -121,8 +122,8 @@ def check_terms(
         leaves = private_leaves([graph], n_rows=n_rows, row_vars=row_vars, row_arrays=row_arrays)
         if leaves:
             raise PrivacyLeakError(
-                f"{kind} {name!r} reads row data ({describe_leaf(leaves[0])}), an input with one "
-                f"entry per individual (n = {n_rows}) or a copy of the observed values. Only "
+                f"{kind} {name!r} reads row data ({describe_leaf(leaves[0])}), an input with at "
+                f"least one number per individual (n = {n_rows}) or a copy of the data. Only "
                 "the likelihood may read rows, and it does so through clipped, noised sums; this "
                 "term would put the data into the log-density without clipping or noise. Put "
                 "per-row terms in an observed variable (e.g. pm.CustomDist(..., observed=data)) "

@@ -45,14 +45,18 @@ import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
+from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
-from pytensor.graph.replace import vectorize_graph
+from pytensor.graph.replace import clone_replace, vectorize_graph
+from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
-from pytensor.tensor.type import continuous_dtypes
+from pytensor.tensor.shape import SpecifyShape
+from pytensor.tensor.type import continuous_dtypes, integer_dtypes
 
 from pymc_dp._batching import unbatch_blockwise
+from pymc_dp._compat import inline_ofg_node, leading_axis_indices
 from pymc_dp._compile import compile_function
 from pymc_dp._gathers import lift_gathers, row_gathers
 from pymc_dp._leaks import (
@@ -92,6 +96,26 @@ class ClippedSum(NamedTuple):
 
     value: Any
     n_clipped: int | None
+
+
+@node_rewriter([SpecifyShape])
+def _drop_specify_shape(fgraph: Any, node: Any) -> list[Variable] | None:
+    """``specify_shape(x, shape)`` → ``x`` where the types allow it (a shape assertion only)."""
+    [out] = node.outputs
+    x = node.inputs[0]
+    if x.type.ndim != out.type.ndim:
+        return None
+    if not out.type.is_super(x.type):
+        x = pt.specify_broadcastable(x, *[i for i, b in enumerate(out.type.broadcastable) if b])
+        if not out.type.is_super(x.type):
+            return None
+    return [x]
+
+
+@node_rewriter([OpFromGraph])
+def _inline_op_from_graph(fgraph: Any, node: Any) -> list[Variable]:
+    """Expand an ``OpFromGraph`` (PyTensor 3's ``logsumexp``...): its output types are fixed."""
+    return inline_ofg_node(node)
 
 
 def _row_name(var: Variable) -> str:
@@ -174,6 +198,8 @@ class RowLikelihood:
         lik_terms, prior_terms = self._split_logp()
         self._rows = self._find_row_inputs(lik_terms, row_data)
         self._check_no_leaks(prior_terms)
+        self._public_data = self._snapshot_public_data([*lik_terms, *(t for _, t in prior_terms)])
+        self._check_row_indices(lik_terms)
         self._lik_terms = lik_terms
         self._prior_terms = prior_terms
 
@@ -431,7 +457,7 @@ class RowLikelihood:
         self._theta_replacements = replacements
 
     def _to_theta(self, graphs: list[Variable]) -> list[Variable]:
-        return pytensor.clone_replace(graphs, self._theta_replacements, rebuild_strict=False)
+        return clone_replace(graphs, self._theta_replacements, rebuild_strict=False)
 
     def _compile(self, inputs: list[Variable], outputs: Any) -> Any:
         return compile_function(inputs, outputs, check_bounds=self._check_bounds)
@@ -462,14 +488,42 @@ class RowLikelihood:
 
         Row inputs are replaced *before* rewriting so that no data is constant-folded into the
         graph, and with placeholders of the true static length so that the rewrite can drop the
-        shape operations in which PyMC bakes in the number of rows.
+        shape operations in which PyMC bakes in the number of rows. Shape assertions
+        (``SpecifyShape``, e.g. of a mixture's components against ``n`` in PyMC 6) are dropped
+        too: they only assert shapes, and the validation compares the values with PyMC's.
         """
         fixed = self._row_placeholders((self.n_rows,))
-        terms = pytensor.clone_replace(
+        terms = clone_replace(
             self._lik_terms, {r.variable: p for r, p in zip(self._rows, fixed, strict=True)}
         )
         terms = rewrite_graph(terms, include=("canonicalize",))
+        terms = rewrite_graph(
+            terms, include=(), custom_rewrite=in2out(_drop_specify_shape, _inline_op_from_graph)
+        )
         return terms, fixed
+
+    def _resize_rows(
+        self, terms: list[Variable], fixed: list[Variable], new: list[Variable]
+    ) -> dict[Variable, Variable]:
+        """Replacements from the ``n``-row placeholders to ``new`` ones (of ``m`` rows).
+
+        The canonical graph may hold the row positions ``0 … n−1`` as a constant (folded from
+        ``arange(n)``, e.g. ``p[arange(n), y]`` in an ordinal likelihood); it becomes
+        ``arange(m)`` of the new rows, in the same layout.
+        """
+        replacements: dict[Variable, Variable] = dict(zip(fixed, new, strict=True))
+        n, m = self.n_rows, new[0].shape[0]
+        positions = np.arange(n)
+        for var in ancestors(terms):
+            if var.owner is not None or not isinstance(var, pt.TensorConstant):
+                continue
+            data = var.data
+            if data.dtype.kind not in "iu" or data.ndim == 0 or data.shape[0] != n or n < 2:
+                continue
+            if data.size == n and np.array_equal(data.ravel(), positions):
+                rows = pt.arange(m, dtype=data.dtype)
+                replacements[var] = pt.shape_padright(rows, data.ndim - 1)
+        return replacements
 
     def _lik_value_vars(self, ell: Variable) -> list[Variable]:
         used = set(ancestors([ell]))
@@ -479,8 +533,8 @@ class RowLikelihood:
         terms, fixed = self._canonical_lik_terms()
         if method == "vectorize":
             one = self._row_placeholders((1,))
-            one_terms = pytensor.clone_replace(
-                terms, dict(zip(fixed, one, strict=True)), rebuild_strict=False
+            one_terms = clone_replace(
+                terms, self._resize_rows(terms, fixed, one), rebuild_strict=False
             )
             ell_one = lift_gathers(pt.add(*[t.sum() for t in one_terms]))
             lik_vars = self._lik_value_vars(ell_one)
@@ -513,8 +567,8 @@ class RowLikelihood:
             self._single_row_axis = True
         else:
             inputs = self._row_placeholders((None,))
-            var_terms = pytensor.clone_replace(
-                terms, dict(zip(fixed, inputs, strict=True)), rebuild_strict=False
+            var_terms = clone_replace(
+                terms, self._resize_rows(terms, fixed, inputs), rebuild_strict=False
             )
             ell = pt.add(*var_terms)
             lik_vars = self._lik_value_vars(ell)
@@ -525,7 +579,7 @@ class RowLikelihood:
                 g = pytensor.grad(weighted, v)
                 jac = pytensor.gradient.jacobian(g.ravel(), weights, vectorize=True)
                 grads.append(jac.T)
-            grads = pytensor.clone_replace(grads, {weights: pt.ones_like(ell)})
+            grads = clone_replace(grads, {weights: pt.ones_like(ell)})
             sparse = {}
             self.gathered_vars = []
             self._single_row_axis = False
@@ -615,7 +669,7 @@ class RowLikelihood:
 
         # Clipped log-likelihood-ratio sum, SPEC §2: Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B).
         theta_new = pt.vector("theta_new", dtype=floatX)
-        (ell_new,) = pytensor.clone_replace([ell_theta], {self._theta: theta_new})
+        (ell_new,) = clone_replace([ell_theta], {self._theta: theta_new})
         llr_bound = pt.scalar("llr_clip", dtype=floatX)
         ratio = ell_new - ell_theta
         # An undefined ratio (both terms infinite) counts as −B: bounded, and against the move.
@@ -696,6 +750,10 @@ class RowLikelihood:
     def __getstate__(self) -> dict[str, Any]:
         # The compiled functions, the data and the layout are all a copy needs; the model and
         # its symbolic graphs stay behind (they do not pickle reliably, and are not needed).
+        # pm.sample pickles the step for its worker processes in the parent, where the model is
+        # still at hand: a deterministic added since the build is refused here, before any
+        # worker starts (the workers have no model to check).
+        self.check_deterministics()
         state = self.__dict__.copy()
         for key in ("model", "_lik_terms", "_prior_terms", "_theta_replacements"):
             state[key] = None
@@ -820,13 +878,69 @@ class RowLikelihood:
                 "Give initvals at which the model's parameters are valid, or leave initvals unset."
             )
 
-    def check_data_unchanged(self) -> None:
-        """Refuse to run when a row input's data changed since the build (``pm.set_data``).
+    def _check_row_indices(self, lik_terms: list[Variable]) -> None:
+        """Refuse index columns (``a[group]``) with values outside the indexed axis.
 
-        The oracle was built and validated on the data it holds; data set afterwards would
-        either be ignored or mix with the old rows. Raises :class:`DataChangedError` (no data
-        value appears in the message).
+        PyTensor 3's gather does not check bounds (it reads past the array), and PyTensor 2
+        raises an error that would name the offending value. Checked once at build time on the
+        data (like finiteness: whether a model is accepted is not a DP release); the message
+        names the indexed variable and its public size, never a data value.
         """
+        row_vars = {r.variable for r in self._rows}
+        checks = []
+        for var in ancestors(lik_terms):
+            node = var.owner
+            indices = None if node is None else leading_axis_indices(node)
+            for axis, index in enumerate(indices or []):
+                if index.type.dtype not in integer_dtypes or not row_vars & set(ancestors([index])):
+                    continue
+                size = node.inputs[0].shape[axis]
+                name = node.inputs[0].name or "a parameter"
+                checks.append((name, pt.all((index >= -size) & (index < size))))
+        if not checks:
+            return
+        model = self.model
+        check = pm.pytensorf.compile(
+            model.value_vars, [ok for _, ok in checks], on_unused_input="ignore"
+        )
+        point = self._initial_point
+        results = self._private_call(check, *[point[v.name] for v in model.value_vars])
+        bad = sorted({name for (name, _), ok in zip(checks, results, strict=True) if not ok})
+        if bad:
+            raise ModelNotSupportedError(
+                f"An index column used to read {bad} (e.g. a group index) has values outside "
+                "the range of the variable it indexes, for some rows. Fix the data, or size the "
+                "variable from public metadata (the number of groups) so that every index fits."
+            )
+
+    def _snapshot_public_data(self, graphs: list[Variable]) -> list[tuple[Any, np.ndarray]]:
+        """Copies of the data containers the compiled functions read live (not row inputs)."""
+        rows = {r.variable for r in self._rows}
+        return [
+            (var, np.array(var.get_value(borrow=True), copy=True))
+            for var in ancestors(graphs)
+            if isinstance(var, SharedVariable)
+            and isinstance(var.type, pt.TensorType)
+            and var not in rows
+        ]
+
+    def check_data_unchanged(self) -> None:
+        """Refuse to run when data changed since the build (``pm.set_data``).
+
+        The oracle was built, validated and leak-checked on the data it holds; row data set
+        afterwards would either be ignored or mix with the old rows, and a public container
+        (read live by the log-prior, say) could be given private values that no check saw.
+        Raises :class:`DataChangedError` (no data value appears in the message).
+        """
+        for var, value in self._public_data:
+            current = np.asarray(var.get_value(borrow=True))
+            if current.shape != value.shape or not np.array_equal(current, value):
+                raise DataChangedError(
+                    f"The data container {describe_leaf(var)} changed after this step was built "
+                    "(pm.set_data?). A DP step is checked for leaks and validated on the data it "
+                    "was built with. Build a new step after pm.set_data, with the same "
+                    "PrivacyBudget: its ledger counts both analyses."
+                )
         for r in self._rows:
             if not isinstance(r.variable, SharedVariable):
                 continue

@@ -11,7 +11,9 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import arviz as az
+import numpy as np
 
+from pymc_dp._compat import group_names
 from pymc_dp.accounting import gaussian_epsilon
 from pymc_dp.errors import InvalidParameterError, PrivacyLeakError
 
@@ -98,9 +100,9 @@ def attach_privacy_metadata(
     draw dimensions). What cannot be verified from the InferenceData (e.g. another pm.sample run
     on the same data under a different budget) is listed in ``docs/limitations.md``.
     """
-    if "posterior" not in idata.groups():
+    if "posterior" not in group_names(idata):
         raise InvalidParameterError("idata has no posterior group: pass pm.sample's result.")
-    _verify_release(idata, step)
+    _verify_groups(idata, step)
     posterior = idata.posterior
     chains = int(posterior.sizes["chain"]) if chains is None else int(chains)
     draws = int(posterior.sizes["draw"]) if draws is None else int(draws)
@@ -110,12 +112,13 @@ def attach_privacy_metadata(
             raise InvalidParameterError(
                 "The InferenceData does not record its tuning steps: pass tune=... (per chain)."
             )
+    _verify_spend(idata, step, chains=chains, iterations=int(tune) + draws)
     for group in PRIVATE_GROUPS:
-        if group in idata.groups():
+        if group in group_names(idata):
             del idata[group]
     meta = privacy_metadata(step, chains=chains, tune=int(tune), draws=draws)
     for group in _LABELLED_GROUPS:
-        if group in idata.groups():
+        if group in group_names(idata):
             idata[group].attrs.update(meta)
     return idata
 
@@ -123,7 +126,7 @@ def attach_privacy_metadata(
 _LABELLED_GROUPS = ("posterior", "sample_stats", "warmup_posterior", "warmup_sample_stats")
 
 
-def _verify_release(idata: az.InferenceData, step: Any) -> None:
+def _verify_groups(idata: az.InferenceData, step: Any) -> None:
     """Refuse an InferenceData that holds anything a DP step's release does not (see above)."""
     from pymc_dp.step_methods.base import DPStep
 
@@ -131,7 +134,7 @@ def _verify_release(idata: az.InferenceData, step: Any) -> None:
         raise InvalidParameterError(
             f"step must be the pymc_dp step that produced idata, got {type(step).__name__}."
         )
-    groups = set(idata.groups())
+    groups = set(group_names(idata))
     if "log_likelihood" in groups:
         raise PrivacyLeakError(
             "idata has a log_likelihood group: every row's exact log-likelihood at every draw, "
@@ -142,6 +145,12 @@ def _verify_release(idata: az.InferenceData, step: Any) -> None:
         raise PrivacyLeakError(
             "idata has no sample_stats group, so it cannot be verified as the output of a "
             f"{type(step).__name__}. Pass the InferenceData returned by pm.sample(step=step)."
+        )
+    missing = sorted(set(step.stats_dtypes_shapes) - set(idata["sample_stats"].data_vars))
+    if missing:
+        raise PrivacyLeakError(
+            f"idata.sample_stats lacks {missing}, which {type(step).__name__} records at every "
+            "iteration: these draws were not produced by this step."
         )
     _refuse_unknown(
         idata,
@@ -170,9 +179,35 @@ def _verify_release(idata: az.InferenceData, step: Any) -> None:
     )
 
 
+def _verify_spend(idata: az.InferenceData, step: Any, *, chains: int, iterations: int) -> None:
+    """The draws' own record of ε must be this step's, and its ledger must have paid for them.
+
+    Each iteration stores the chain's ``epsilon_spent`` as the step's accountant computes it
+    from the step's privacy parameters; at the last draw it must equal what this step's
+    parameters give for ``iterations``. The step's budget must hold reservations of this cost
+    for at least ``chains × iterations`` iterations.
+    """
+    recorded = idata["sample_stats"]["epsilon_spent"].values[..., -1]
+    expected = step._spent(iterations)["epsilon_spent"]
+    if not np.allclose(recorded, expected, rtol=1e-6, atol=1e-12):
+        raise PrivacyLeakError(
+            f"The draws record ε = {np.max(recorded):.6g} spent per chain, but "
+            f"{type(step).__name__} with its privacy parameters spends ε = {expected:.6g} in "
+            f"{iterations} iterations: these draws were produced by another step (or with "
+            "other tune/draws). Label them with the step that produced them."
+        )
+    paid = sum(e.iterations for e in step.budget.history() if e.cost == step.cost)
+    if paid < chains * iterations:
+        raise PrivacyLeakError(
+            f"The budget of this step has reservations for {paid} iterations of its cost, fewer "
+            f"than the {chains} × {iterations} these draws need: they were not produced under "
+            "this budget. Label them with the step (and budget) that produced them."
+        )
+
+
 def _refuse_unknown(idata: Any, groups: tuple[str, ...], allowed: set[str], why: str) -> None:
     for group in groups:
-        if group in idata.groups():
+        if group in group_names(idata):
             unknown = sorted(set(idata[group].data_vars) - allowed)
             if unknown:
                 raise PrivacyLeakError(f"idata.{group} holds {unknown}, {why}")
@@ -186,7 +221,7 @@ def privacy_report(idata: az.InferenceData, *, show: bool = True) -> dict[str, A
     """
     source = None
     for group in ("posterior", "sample_stats"):
-        if group in idata.groups() and "dp_step" in idata[group].attrs:
+        if group in group_names(idata) and "dp_step" in idata[group].attrs:
             source = idata[group].attrs
             break
     if source is None:

@@ -19,9 +19,11 @@ import numpy as np
 import pymc as pm
 import pytest
 import xarray as xr
+from pymc.sampling.parallel import ParallelSamplingError
 from scipy import optimize
 
 import pymc_dp
+from pymc_dp._compat import add_group, group_names
 from pymc_dp.accounting import gaussian_capacity
 from pymc_dp.errors import (
     BudgetExceededError,
@@ -169,6 +171,27 @@ def leak_reshaped_copy_in_potential():
     return model, ["reshaped_potential", "y_row"]
 
 
+def leak_transposed_covariates_in_potential():
+    rng = np.random.default_rng(13)
+    X = rng.normal(size=(300, 2))
+    y = X @ [1.0, -1.0] + rng.normal(size=300)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 5, shape=2)
+        pm.Normal("y", pm.math.dot(X, b), 1, observed=y)
+        pm.Potential("transposed_potential", -(pm.math.dot(b, X.T) ** 2).sum())  # (2, n) copy
+    return model, ["transposed_potential", "unnamed array of shape (2×300)"]
+
+
+def leak_cast_padded_copy_in_potential():
+    y = observations()
+    with pm.Model() as model:
+        padded = pm.Data("padded", np.append(y, 0.0).astype("float32"))  # n + 1 numbers
+        mu = pm.Normal("mu", 0, 10)
+        pm.Normal("y", mu, 1, observed=y)
+        pm.Potential("padded_potential", -((mu - padded) ** 2).sum())
+    return model, ["padded_potential", "padded"]
+
+
 @pytest.mark.parametrize(
     "build",
     [
@@ -177,6 +200,8 @@ def leak_reshaped_copy_in_potential():
         leak_numpy_constant_in_potential,
         leak_data_container_in_prior,
         leak_reshaped_copy_in_potential,
+        leak_transposed_covariates_in_potential,
+        leak_cast_padded_copy_in_potential,
     ],
 )
 def test_terms_outside_the_likelihood_that_read_private_data_are_refused(build):
@@ -245,7 +270,7 @@ def test_attach_refuses_a_log_likelihood_group():
             idata_kwargs={"log_likelihood": True},
             **quiet(),
         )
-    assert "log_likelihood" in idata.groups()
+    assert "log_likelihood" in group_names(idata)
     with pytest.raises(PrivacyLeakError, match="log_likelihood"):
         pymc_dp.attach_privacy_metadata(idata, step)
 
@@ -256,7 +281,7 @@ def test_attach_refuses_a_hand_made_log_likelihood_group():
     idata = pymc_dp.sample(step, chains=1, tune=0, cores=1, random_seed=1, **quiet())
     chains, draws = idata.posterior.sizes["chain"], idata.posterior.sizes["draw"]
     values = np.zeros((chains, draws, step.oracle.n_rows))
-    idata.add_groups(log_likelihood=xr.Dataset({"y": (("chain", "draw", "y_dim_0"), values)}))
+    add_group(idata, "log_likelihood", xr.Dataset({"y": (("chain", "draw", "y_dim_0"), values)}))
     with pytest.raises(PrivacyLeakError, match="log_likelihood"):
         pymc_dp.attach_privacy_metadata(idata, step)
 
@@ -288,11 +313,43 @@ def test_the_documented_plain_pm_sample_path_is_labelled_correctly():
             step=step, **step.sampling_kwargs(chains=2), cores=1, random_seed=1, **quiet()
         )
     out = pymc_dp.attach_privacy_metadata(idata, step)
-    groups = set(out.groups())
+    groups = set(group_names(out))
     assert {"posterior", "sample_stats"} <= groups
     assert groups <= {"posterior", "sample_stats", "warmup_posterior", "warmup_sample_stats"}
     assert out.posterior.attrs["dp_step"] == "DPPenalty"
     assert set(out.sample_stats.data_vars) <= ALLOWED_STATS
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_a_deterministic_added_after_the_build_is_refused_by_plain_pm_sample(cores):
+    """Review of audit 2: a per-row Deterministic added to the model after the step was built
+    would be stored by plain pm.sample; the step refuses before reading (sequential chains)
+    or when PyMC pickles it for its workers (parallel chains), and nothing is charged."""
+    model, _ = set_data_model()
+    step = penalty(model)
+    # a refusal in a worker process reaches the caller wrapped by PyMC (ParallelSamplingError)
+    refused = (PrivacyLeakError, ParallelSamplingError)
+    with model:
+        pm.Deterministic("eta", model["a"] + model["b"] * model["x"])
+        with pytest.raises(refused, match="Deterministic 'eta' depends on row data"):
+            pm.sample(step=step, draws=10, tune=0, chains=2, cores=cores, **quiet())
+    assert step.budget.report().reservations == 0
+
+
+def test_attach_refuses_draws_of_another_step():
+    """Review of audit 2: draws sampled with one step (little noise) cannot be labelled with
+    another step's parameters: the draws' recorded spend must be the labelling step's, and its
+    budget must have paid for them."""
+    model = normal_mean_model()
+    loud = penalty(model, epsilon=50.0, noise_multiplier=2.0)
+    quiet_step = penalty(model, epsilon=1.0, noise_multiplier=50.0)
+    with model:
+        idata = pm.sample(step=loud, draws=20, tune=0, chains=1, cores=1, **quiet())
+    with pytest.raises(PrivacyLeakError, match="another step"):
+        pymc_dp.attach_privacy_metadata(idata, quiet_step)
+    twin = penalty(model, epsilon=50.0, noise_multiplier=2.0)  # same parameters, unpaid budget
+    with pytest.raises(PrivacyLeakError, match="not produced under this budget"):
+        pymc_dp.attach_privacy_metadata(idata, twin)
 
 
 # ---------------------------------------------------------------- 3. exception text
@@ -332,11 +389,11 @@ def test_a_failing_likelihood_evaluation_does_not_leak_row_values():
         assert np.all(np.isfinite(idata.posterior.b.values))
 
 
-def test_an_error_on_the_private_data_comes_back_without_its_text():
+def test_an_out_of_range_index_column_is_refused_without_its_values():
     """Audit 3 (an error that cannot become -inf): a group index column with a value beyond the
-    number of groups makes NumPy raise "index 7 is out of bounds ..." — a data value. The error
-    reaches the user as PrivateEvaluationError naming the observed variable, with neither that
-    text nor a chained cause or context."""
+    number of groups made NumPy raise "index 7 is out of bounds ..." — a data value — and
+    PyTensor 3 reads past the array without an error. The build refuses the model naming the
+    indexed variable, with no data value in the message."""
     rng = np.random.default_rng(12)
     n = 200
     group = rng.integers(0, 5, n)
@@ -346,13 +403,27 @@ def test_an_error_on_the_private_data_comes_back_without_its_text():
         idx = pm.Data("group_idx", group)
         a = pm.Normal("a", 0, 1, shape=5)
         pm.Normal("y_obs", a[idx], 1.0, observed=y)
-    with pytest.raises(pymc_dp.PrivateEvaluationError) as info:
+    with pytest.raises(pymc_dp.ModelNotSupportedError, match="outside the range") as info:
         penalty(model)
     err = info.value
-    assert "y_obs" in str(err) and "IndexError" in str(err)
-    assert "7" not in str(err)
-    assert err.__cause__ is None and err.__context__ is None
+    assert "'a'" in str(err) and "7" not in str(err)
     assert_no_data_in(err, y)
+
+
+def test_an_error_on_the_private_data_comes_back_without_its_text():
+    """Audit 3: whatever a compiled function raises on private data (PyTensor lists the failing
+    node's input values in its message) reaches the caller as PrivateEvaluationError naming the
+    observed variable, with neither the original text nor a chained cause or context."""
+    step = penalty(normal_mean_model())
+
+    def failing(*_):
+        raise ValueError("Inputs values: [array([0.123456, 1.234567])]")  # a data-bearing text
+
+    with pytest.raises(pymc_dp.PrivateEvaluationError) as info:
+        step.oracle._private_call(failing)
+    err = info.value
+    assert "'y'" in str(err) and "ValueError" in str(err) and "0.123456" not in str(err)
+    assert err.__cause__ is None and err.__context__ is None
 
 
 def test_a_proposal_outside_the_support_is_rejected_without_reading_data():
@@ -707,6 +778,23 @@ def test_set_data_after_building_the_step_is_refused_by_plain_pm_sample():
         pm.set_data(new)
         with pytest.raises(pymc_dp.DataChangedError):
             pm.sample(step=step, draws=10, tune=0, chains=1, cores=1, random_seed=1, **quiet())
+
+
+def test_set_data_on_a_public_container_is_refused():
+    """Review of audit 10: a container the prior reads live (public and short when the step
+    was built) is given n private values with pm.set_data; sampling is refused."""
+    y = observations()
+    with pm.Model() as model:
+        w = pm.Data("w", np.zeros(3))
+        mu = pm.Normal("mu", 0, 10)
+        pm.Normal("y", mu, 1, observed=y)
+        pm.Potential("shrink", -((mu - w) ** 2).sum())
+    step = penalty(model)
+    with model:
+        pm.set_data({"w": np.random.default_rng(3).normal(5, 1, y.size)})
+    with pytest.raises(pymc_dp.DataChangedError, match="'w'"):
+        pymc_dp.sample(step, chains=1, cores=1, random_seed=1, **quiet())
+    assert step.budget.report().reservations == 0
 
 
 # ---------------------------------------------------------------- 11. NumPy covariates

@@ -59,7 +59,7 @@ def run_chain(params: PenaltyParams, iterations: int, seed: int = 2):
 def matches_posterior(draws: np.ndarray, thin: int) -> tuple[bool, list[float]]:
     _, mean, sd = gaussian_setup()
     pvalues = [
-        stats.kstest(draws[::thin, k], "norm", args=(mean[k], sd[k])).pvalue for k in range(2)
+        stats.kstest(draws[::thin, k], stats.norm(mean[k], sd[k]).cdf).pvalue for k in range(2)
     ]
     return min(pvalues) > 0.01, pvalues
 

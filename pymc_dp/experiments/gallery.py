@@ -55,6 +55,7 @@ def main(
     import matplotlib.pyplot as plt
 
     import pymc_dp
+    from pymc_dp._compat import trace_figure
     from pymc_dp.experiments.recipes import applicable_steps, build_step
     from pymc_dp.experiments.run import prepare
 
@@ -103,8 +104,7 @@ def main(
         print(az.summary(idata, var_names=["theta"], kind="stats").round(4).to_string())
         pymc_dp.privacy_report(idata)
         print()
-        axes = az.plot_trace(idata, var_names=["theta"], compact=True)
-        fig = axes.ravel()[0].figure
+        fig = trace_figure(idata, var_names=["theta"])
         fig.suptitle(f"{problem.title}: {name} (ε = {args.epsilon:g})")
         fig.savefig(args.out / f"{problem_name}_{name}_trace.png", dpi=90)
         plt.close(fig)

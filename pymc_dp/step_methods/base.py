@@ -4,7 +4,7 @@ A :class:`DPStep` is a PyMC ``BlockedStep``. PyMC 5 runs chains either sequentia
 object (calling ``set_rng`` at each chain start) or in worker processes with cloudpickled copies
 (again calling ``set_rng`` first). Both paths go through :meth:`DPStep._setup_chain`, which resets
 the per-chain counters, draws a fresh secret noise source and learns the chain's length from
-PyMC (:mod:`pymc_dp._pymc_compat`). Before its first read of the data a chain
+PyMC (:mod:`pymc_dp._compat`). Before its first read of the data a chain
 
 1. refuses to run beside a non-DP step (a compound step would hand the data to it),
 2. checks that the row data are still those the step was built on (``pm.set_data``),
@@ -27,10 +27,11 @@ from typing import Any, ClassVar
 import numpy as np
 import pymc as pm
 from pymc.step_methods.compound import BlockedStep
+from pymc.util import get_random_generator
 from rich.progress import TextColumn
 from rich.table import Column
 
-from pymc_dp._pymc_compat import chain_setup_from_caller
+from pymc_dp._compat import chain_setup_from_caller
 from pymc_dp.accounting import PrivacyBudget, gaussian_epsilon
 from pymc_dp.accounting.costs import PrivacyCost
 from pymc_dp.errors import (
@@ -196,23 +197,30 @@ class DPStep(BlockedStep):
     # ---------------------------------------------------------------- per-chain lifecycle
 
     def set_rng(self, rng: Any) -> None:
-        """PyMC 5 calls this at the start of every chain: reset the per-chain state."""
-        super().set_rng(rng)
-        # Sequential chains get step.tune = bool(tune) right after this; worker processes get
-        # no other signal than stop_tuning at draw == tune, so start every chain tuning.
-        self.tune = True
-        setup = chain_setup_from_caller()
-        self._check_compound(setup.compound)
-        if setup.iterations is not None and setup.tune is not None:
-            self._planned_iterations = setup.iterations
-            self._planned_tune = setup.tune
-        self._setup_chain()
+        """PyMC 5 calls this at the start of every chain: reset the per-chain state.
 
-    def setup_chain(self, rng: Any, tune: int, draws: int) -> None:  # PyMC 6 API
-        super().set_rng(rng)
-        self._planned_iterations = int(tune) + int(draws)
-        self._planned_tune = int(tune)
-        self.tune = int(tune) > 0
+        The chain's length is read from PyMC's sampler (:mod:`pymc_dp._compat`). Sequential
+        chains get ``step.tune = bool(tune)`` right after this; worker processes get no other
+        signal than ``stop_tuning`` at ``draw == tune``, so every chain starts tuning.
+        """
+        setup = chain_setup_from_caller()
+        tune = True if setup.tune is None else setup.tune > 0
+        self._start_chain(rng, setup.iterations, setup.tune, tune, setup.compound)
+
+    def setup_chain(self, rng: Any, tune: int, draws: int) -> None:
+        """PyMC 6 calls this at the start of every chain with its tuning and draw counts."""
+        setup = chain_setup_from_caller()
+        self._start_chain(rng, int(tune) + int(draws), int(tune), int(tune) > 0, setup.compound)
+
+    def _start_chain(
+        self, rng: Any, iterations: int | None, tune: int | None, tuning: bool, compound: Any
+    ) -> None:
+        self.rng = get_random_generator(rng, copy=False)
+        self.tune = tuning
+        self._check_compound(compound)
+        if iterations is not None and tune is not None:
+            self._planned_iterations = iterations
+            self._planned_tune = tune
         self._setup_chain()
 
     def _check_compound(self, compound: Any) -> None:
@@ -235,7 +243,8 @@ class DPStep(BlockedStep):
                 f"{type(self).__name__} is running beside {foreign} in one pm.sample call. Those "
                 "steps read the raw data without noise (and store exact log-densities), so the "
                 f"output would not be private. Give only the {type(self).__name__} to pm.sample "
-                "(step=dp_step): it samples every free variable. Nothing was read."
+                "(step=dp_step): it samples every free variable. The DP step read nothing; a "
+                "step that ran before it in this compound may have: do not publish its output."
             )
         elif ledgers - {(self.budget.ledger_path, self.budget.dataset)}:
             self._compound_refusal = PrivacyLeakError(
@@ -274,6 +283,7 @@ class DPStep(BlockedStep):
         if getattr(self, "_compound_refusal", None) is not None:
             raise self._compound_refusal
         self.oracle.check_data_unchanged()
+        self.oracle.check_deterministics()  # one added to the model after the build
         self.oracle.check_start(theta)
 
     def _reserve(self) -> None:
