@@ -1,10 +1,10 @@
 """What every DP step method shares: the oracle, the budget, the secret noise, per-chain state.
 
-A :class:`DPStep` is a PyMC ``BlockedStep``. PyMC 5 runs chains either sequentially with one step
-object (calling ``set_rng`` at each chain start) or in worker processes with cloudpickled copies
-(again calling ``set_rng`` first). Both paths go through :meth:`DPStep._setup_chain`, which resets
-the per-chain counters, draws a fresh secret noise source and learns the chain's length from
-PyMC (:mod:`pymc_dp._compat`). Before its first read of the data a chain
+A :class:`DPStep` is a PyMC ``BlockedStep``. PyMC runs chains either sequentially with one step
+object or in worker processes with cloudpickled copies, and starts each chain with ``set_rng``
+(PyMC 5) or ``setup_chain`` (PyMC 6). Every path goes through :meth:`DPStep._setup_chain`,
+which resets the per-chain counters, draws a fresh secret noise source and learns the chain's
+length from PyMC (:mod:`pymc_dp._compat`). Before its first read of the data a chain
 
 1. refuses to run beside a non-DP step (a compound step would hand the data to it),
 2. checks that the row data are still those the step was built on (``pm.set_data``),
