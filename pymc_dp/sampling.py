@@ -64,10 +64,7 @@ def plan_iterations(
     else:
         n_draws = int(draws)
     if n_draws < 1 or n_tune + n_draws > per_chain:
-        state = (
-            f"The budget (ε = {budget.epsilon:g}, δ = {budget.delta:g}) has ε = "
-            f"{budget.epsilon_spent():.4g} reserved on its ledger"
-        )
+        state = budget.spent_summary()
         if per_chain == 0:
             raise BudgetExceededError(
                 f"{state}; nothing more fits: not one more iteration of {type(step).__name__} in "

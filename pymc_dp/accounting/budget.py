@@ -339,6 +339,13 @@ class PrivacyBudget:
         """ε at the budget's δ of everything reserved so far on this dataset."""
         return compose_epsilon(self._spending(), self._delta)[0]
 
+    def spent_summary(self) -> str:
+        """One sentence for messages: the budget and the ε already reserved on its ledger."""
+        return (
+            f"The budget (ε = {self._epsilon:g}, δ = {self._delta:g}) has ε = "
+            f"{self.epsilon_spent():.4g} reserved on its ledger"
+        )
+
     def history(self) -> list[LedgerEntry]:
         """All reservations on this dataset, oldest first."""
         return self._ledger.entries(self._dataset)

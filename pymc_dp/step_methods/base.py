@@ -186,7 +186,7 @@ class DPStep(BlockedStep):
         tune = math.floor(tune_fraction * per_chain)
         if per_chain - tune < 1:
             raise BudgetExceededError(
-                f"{self._budget_state()} {per_chain} iterations per chain fit for {chains} "
+                f"{self.budget.spent_summary()}; {per_chain} iterations per chain fit for {chains} "
                 f"chains, too few to draw after tuning (tune_fraction={tune_fraction}). Use "
                 "fewer chains, larger noise multipliers, or a larger budget. No data was read."
             )
@@ -270,14 +270,6 @@ class DPStep(BlockedStep):
         self._iteration = 0
         self._reset_adaptation()
 
-    def _budget_state(self) -> str:
-        """What the budget has spent and what is left, for messages (reads no data)."""
-        budget = self.budget
-        return (
-            f"The budget (ε = {budget.epsilon:g}, δ = {budget.delta:g}) has ε = "
-            f"{budget.epsilon_spent():.4g} reserved on its ledger;"
-        )
-
     def _before_first_read(self, theta: np.ndarray) -> None:
         """A chain's checks before it reads anything (see the module docstring)."""
         if getattr(self, "_compound_refusal", None) is not None:
@@ -299,8 +291,8 @@ class DPStep(BlockedStep):
             wanted = min(_RESERVATION_BLOCK, self.budget.iterations(self.cost))
         if wanted < 1:
             raise BudgetExceededError(
-                f"{self._budget_state()} not one more iteration of {type(self).__name__} fits "
-                f"(this chain ran {self._iteration}). Nothing more was read; the draws so far "
+                f"{self.budget.spent_summary()}; not one more iteration of "
+                f"{type(self).__name__} fits (this chain ran {self._iteration}). Nothing more was read; the draws so far "
                 "are all this budget buys. Plan runs with pymc_dp.sample or "
                 "step.sampling_kwargs(chains=...)."
             )
