@@ -292,9 +292,9 @@ class DPStep(BlockedStep):
         if wanted < 1:
             raise BudgetExceededError(
                 f"{self.budget.spent_summary()}; not one more iteration of "
-                f"{type(self).__name__} fits (this chain ran {self._iteration}). Nothing more was read; the draws so far "
-                "are all this budget buys. Plan runs with pymc_dp.sample or "
-                "step.sampling_kwargs(chains=...)."
+                f"{type(self).__name__} fits (this chain ran {self._iteration}). Nothing more "
+                "was read; the draws so far are all this budget buys. Plan runs with "
+                "pymc_dp.sample or step.sampling_kwargs(chains=...)."
             )
         self._reservation = self.budget.reserve(self.cost, wanted, mechanism=type(self).__name__)
         self.counter.allow(self.cost, wanted)
