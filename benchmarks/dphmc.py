@@ -1,6 +1,6 @@
 """Wall time per iteration of DPHMC next to PyMC's own (non-DP) HamiltonianMC.
 
-Both run on the seeds' flat 2-d banana (SPEC §5, n = 100 000 rows) with the same number of
+Both run on the seeds' flat 2-d banana (theory §5, n = 100 000 rows) with the same number of
 leapfrog steps ``L`` and the same fixed step size (no adaptation, no jitter), one chain, calling
 ``step.step(point)`` directly so that only the iterations are timed. Per iteration DPHMC reads
 the data ``L + 1`` times for clipped per-row gradient sums and once for the per-row

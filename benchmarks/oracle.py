@@ -119,8 +119,8 @@ def main() -> None:
     for name, (build, has_target) in MODELS.items():
         model = build(args.n, rng)
         oracle = RowLikelihood(model)
-        theta = oracle.ravel(model.initial_point()) + rng.normal(0, 0.1, oracle.ndim)
-        point = {**model.initial_point(), **oracle.unravel(theta)}
+        theta = oracle.space.ravel(model.initial_point()) + rng.normal(0, 0.1, oracle.ndim)
+        point = {**model.initial_point(), **oracle.space.unravel(theta)}
         joint = model.logp_dlogp_function(ravel_inputs=True)
         joint.set_extra_values({})
         dlogp = model.compile_dlogp()

@@ -1,4 +1,4 @@
-"""Which model terms outside the likelihood would read private row data (SPEC §1).
+"""Which model terms outside the likelihood would read private row data (theory §1).
 
 A row is one individual: position ``i`` along the leading axis of every observed variable and of
 every row-aligned data container. Only the likelihood may read rows, and only through the

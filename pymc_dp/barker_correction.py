@@ -1,4 +1,4 @@
-"""The correction distribution ``V_corr`` of the DP Barker test (SPEC §4.4).
+"""The correction distribution ``V_corr`` of the DP Barker test (theory §4.4).
 
 Barker's test accepts iff ``λ + V > 0`` with ``V ~ Logistic(0, 1)``. The DP Barker sampler
 has Gaussian noise ``N(0, C)`` in ``λ`` already (``C`` is the *normal variance*) and adds an

@@ -8,6 +8,7 @@ say what to change.
 from __future__ import annotations
 
 __all__ = [
+    "BarkerVarianceError",
     "BudgetExceededError",
     "CoupledRowsError",
     "DataChangedError",
@@ -68,6 +69,13 @@ class PrivateEvaluationError(PyMCDPError, RuntimeError):
 
     The original exception is withheld (no message, no chained cause): its text may carry
     data-derived numbers, such as PyTensor's listing of a failing node's input values.
+    """
+
+
+class BarkerVarianceError(PyMCDPError, RuntimeError):
+    """A DP Barker batch's variance exceeded the normal variance the test corrects (theory §4.4).
+
+    The test cannot then be made exact, so it raises instead of deciding; a larger batch fixes it.
     """
 
 

@@ -1,249 +1,327 @@
-"""Gaussian mechanisms: turn the oracle's clipped sums into noisy, counted releases (SPEC §2).
+"""Mechanisms: the only code that turns private data into releases (theory §2).
 
-This is the only module that draws differential-privacy noise. Noise comes from a
-:class:`NoiseSource`, a generator of its own seeded from OS entropy by default and never from the
-user's ``random_seed`` (an adversary who knows the noise seed can subtract the noise). A fixed
-``noise_seed`` makes the noise reproducible for tests and research runs; that choice is recorded
-(:attr:`NoiseSource.reproducible`) so it can be reported with the release.
+A :class:`PrivateChannel` is the one path from a step method to the private data. It holds the
+oracle (:class:`~pymc_dp.oracle.RowLikelihood`, which reads the data), the chain's secret
+:class:`~pymc_dp.noise.NoiseSource` and its :class:`ReleaseCounter`; a step method holds a
+channel, its public :class:`~pymc_dp.parameter_space.ParameterSpace` (``channel.space``) and
+mechanisms bound to the channel, never the oracle itself.
 
-Every release is counted in a :class:`ReleaseCounter`. A step's counter holds the chain's
-reservation (:meth:`ReleaseCounter.allow`), and each release is checked against it *before* the
-data are read: a release that the reservation does not cover (say, a noise multiplier lowered
-after the reservation) raises :class:`~pymc_dp.errors.BudgetExceededError` instead.
+A mechanism is an object bound to one channel that makes one kind of release and carries its
+privacy :attr:`Mechanism.event` (a :class:`~pymc_dp.accounting.PrivacyCost`):
 
-A proposal outside the model's support (a parameter-only check of the likelihood fails, e.g.
-``sigma > 0`` after ``exp`` underflowed) is decided without reading data: the released ratio is
-``−∞`` (a rejection) and nothing is released or counted (``RowLikelihood.in_support``).
+* :class:`LLRRelease` — ``T·Σ_i clip(ℓ_i(θ') − ℓ_i(θ), ±B) + N(0, σ²)``; one Gaussian
+  mechanism, PLD parameter ``1/(2z²)``;
+* :class:`GradientRelease` — ``T·(Σ_i clip_b(∇ℓ_i(θ)) + N(0, σ² I))``; one Gaussian mechanism;
+* :class:`MinibatchLLRRelease` — the minibatch penalty's ``λ* − ½σ_b² + N(0, σ²)`` on a secret
+  batch; one subsampled Gaussian mechanism;
+* :class:`BarkerTest` — the accept decision of Barker's test on a secret batch; DP Barker's
+  RDP bound.
+
+A step's per-iteration cost is the composition of its mechanisms' events
+(:func:`pymc_dp.accounting.compose`); accounting knows no algorithm. Every call is checked
+against the chain's reservation *before* the data are read (:meth:`ReleaseCounter.record`): a
+release the reservation does not cover (a mechanism's parameters changed behind its back)
+raises :class:`~pymc_dp.errors.BudgetExceededError` instead. A proposal outside the model's
+support (a parameter-only check of the likelihood fails) is decided without reading data and
+releases nothing.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import NamedTuple
+import collections
+from abc import ABC, abstractmethod
+from typing import Any
 
 import numpy as np
 
+from pymc_dp import releases
 from pymc_dp.accounting.costs import BarkerCost, GaussianCost, PrivacyCost, SubsampledGaussianCost
 from pymc_dp.barker_correction import BarkerCorrection
-from pymc_dp.errors import BudgetExceededError, InvalidParameterError, PyMCDPError
+from pymc_dp.errors import (
+    BarkerVarianceError,
+    BudgetExceededError,
+    InvalidParameterError,
+    ReadOnlyParameterError,
+)
+from pymc_dp.noise import NoiseSource
 from pymc_dp.oracle import RowLikelihood
+from pymc_dp.parameter_space import ParameterSpace
+from pymc_dp.releases import BarkerDecision, Release
 
 __all__ = [
-    "BarkerDecision",
-    "BarkerVarianceError",
-    "NoiseSource",
-    "Release",
+    "BarkerTest",
+    "GradientRelease",
+    "LLRRelease",
+    "Mechanism",
+    "MinibatchLLRRelease",
+    "PrivateChannel",
     "ReleaseCounter",
-    "barker_test",
     "minibatch_llr_estimate",
     "minibatch_llr_sensitivity",
-    "release_grad",
-    "release_llr",
-    "release_llr_minibatch",
 ]
-
-
-class NoiseSource:
-    """A secret generator for DP noise and other secret choices (e.g. minibatch rows).
-
-    Parameters
-    ----------
-    seed : int or numpy.random.SeedSequence, optional
-        ``None`` (default): fresh OS entropy — the only private choice. An integer or seed
-        sequence makes the noise reproducible (tests, research), which :attr:`reproducible`
-        records.
-    """
-
-    def __init__(self, seed: int | np.random.SeedSequence | None = None) -> None:
-        self.reproducible = seed is not None
-        if isinstance(seed, np.random.SeedSequence):
-            self._seq = seed
-        else:
-            self._seq = np.random.SeedSequence(seed)
-        self.generator = np.random.Generator(np.random.PCG64(self._seq))
-
-    def spawn(self, n: int) -> list[NoiseSource]:
-        """Independent child sources (one per chain), reproducible iff this one is."""
-        children = []
-        for seq in self._seq.spawn(n):
-            child = NoiseSource(seq)
-            child.reproducible = self.reproducible
-            children.append(child)
-        return children
-
-    def normal(self, scale: float | np.ndarray, size: int | None = None) -> float | np.ndarray:
-        """Draw ``N(0, scale²)`` noise."""
-        return self.generator.normal(0.0, scale, size)
-
-    def __repr__(self) -> str:
-        kind = "reproducible (seeded)" if self.reproducible else "OS entropy"
-        return f"NoiseSource({kind})"
-
 
 # Relative slack on the Gaussian allowance: the reservation's μ and the sum of the releases' μ
 # are the same numbers added in another order.
 _MU_SLACK = 1e-9
 
 
-@dataclass
 class ReleaseCounter:
-    """Counts releases and checks each one against the chain's reservation (SPEC §2–§3).
+    """Counts a chain's releases by privacy event and checks each against its reservation.
 
-    Without an allowance (``limited=False``, the default for direct use in tests and research)
-    releases are only counted. A step method calls :meth:`allow` with every reservation it makes,
-    and from then on each ``add_*`` call raises :class:`BudgetExceededError` *before* the data
-    are read when the release is not covered: Gaussian releases by their total PLD parameter
-    ``μ``; subsampled releases (minibatch penalty, Barker) by their count for the same sampling
-    ratio and a noise multiplier at least as large as reserved.
+    Without an allowance (``limited`` false: direct use in tests and research) releases are
+    only counted. A step method calls :meth:`allow` with every reservation it makes; from then
+    on :meth:`record` raises :class:`BudgetExceededError` *before* the data are read when a
+    release is not covered: Gaussian events by their total PLD parameter ``μ`` (theory §3),
+    other events by count, each reserved event covering releases no more revealing than itself
+    (:meth:`PrivacyCost.covers`).
+
+    Attributes
+    ----------
+    released, allowed : collections.Counter
+        Atomic events released / reserved in this chain, with counts.
     """
 
-    llr_releases: int = 0
-    grad_releases: int = 0
-    barker_tests: int = 0  # subsampled tests: accounted in RDP, not in mu
-    minibatch_llr_releases: int = 0  # subsampled Gaussian releases: PLD accounted, not in mu
-    mu: float = 0.0
-    limited: bool = False
-    allowed_mu: float = 0.0
-    allowed_subsampled: dict = dataclasses.field(default_factory=dict)  # (z, q) -> count
-    allowed_barker: dict = dataclasses.field(default_factory=dict)  # (b, n) -> count
+    def __init__(self) -> None:
+        self.released: collections.Counter[PrivacyCost] = collections.Counter()
+        self.allowed: collections.Counter[PrivacyCost] = collections.Counter()
+        self.limited = False
+
+    @staticmethod
+    def _gaussian_mu(events: collections.Counter[PrivacyCost]) -> float:
+        return sum(k * (e.gaussian_mu() or 0.0) for e, k in events.items() if e.is_gaussian())
+
+    @property
+    def mu(self) -> float:
+        """Total Gaussian PLD parameter released in this chain."""
+        return self._gaussian_mu(self.released)
+
+    @property
+    def allowed_mu(self) -> float:
+        """Total Gaussian PLD parameter the reservations cover."""
+        return self._gaussian_mu(self.allowed)
+
+    def total(self) -> int:
+        """Number of releases in this chain."""
+        return sum(self.released.values())
 
     def allow(self, cost: PrivacyCost, iterations: int) -> None:
         """Add a reservation of ``iterations`` iterations of ``cost`` to what may be released."""
         self.limited = True
-        if isinstance(cost, GaussianCost):
-            self.allowed_mu += iterations * cost.mu
-        elif isinstance(cost, SubsampledGaussianCost):
-            key = (cost.noise_multiplier, cost.sampling_ratio)
-            self.allowed_subsampled[key] = self.allowed_subsampled.get(key, 0) + iterations
-        elif isinstance(cost, BarkerCost):
-            key = (cost.batch_size, cost.n)
-            self.allowed_barker[key] = self.allowed_barker.get(key, 0) + iterations
-        else:  # pragma: no cover - every step's cost is one of the above
-            raise InvalidParameterError(f"no release allowance for the cost {cost!r}.")
+        for atom, count in cost.atoms():
+            self.allowed[atom] += count * int(iterations)
 
-    def _refuse(self, what: str) -> BudgetExceededError:
-        return BudgetExceededError(
-            f"{what}, which this chain's reservation in the privacy ledger does not cover: the "
-            "step's privacy parameters no longer match what it reserved. Nothing was read. "
-            "Privacy parameters cannot change after a step is built: build a new step."
+    def record(self, event: PrivacyCost) -> None:
+        """Count one release of ``event``; raise first if the reservations do not cover it."""
+        if self.limited and not self._covered(event):
+            raise BudgetExceededError(
+                f"A release ({event.describe()}) that this chain's reservation in the privacy "
+                "ledger does not cover: the step's privacy parameters no longer match what it "
+                "reserved. Nothing was read. Privacy parameters cannot change after a step is "
+                "built: build a new step."
+            )
+        self.released[event] += 1
+
+    def _covered(self, event: PrivacyCost) -> bool:
+        if event.is_gaussian():
+            mu = self.mu + event.gaussian_mu()
+            return mu <= self.allowed_mu * (1.0 + _MU_SLACK)
+        slots = [a for a in self.allowed if not a.is_gaussian() and a.covers(event)]
+        used = sum(k for e, k in self.released.items() if any(a.covers(e) for a in slots))
+        return used + 1 <= sum(self.allowed[a] for a in slots)
+
+
+class PrivateChannel:
+    """The one path from a step method to the private data: oracle, secret noise, counter.
+
+    Parameters
+    ----------
+    oracle : RowLikelihood
+        The model's private-data oracle.
+    noise : NoiseSource, optional
+        The chain's secret noise (default: fresh OS entropy); replaced per chain by
+        :meth:`start_chain`.
+    """
+
+    def __init__(self, oracle: RowLikelihood, noise: NoiseSource | None = None) -> None:
+        self._oracle = oracle
+        self.noise = NoiseSource() if noise is None else noise
+        self.counter = ReleaseCounter()
+
+    @classmethod
+    def open(cls, model: Any = None, vars: Any = None, *, row_data: Any = None) -> PrivateChannel:
+        """Build the oracle for ``model`` (checks, leak checks, validation) and a channel on it."""
+        return cls(RowLikelihood(model, vars, row_data=row_data))
+
+    @property
+    def space(self) -> ParameterSpace:
+        """The public parameter space of the model."""
+        return self._oracle.space
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows ``n`` (public: the substitute relation keeps it fixed)."""
+        return self._oracle.n_rows
+
+    @property
+    def model(self) -> Any:
+        """The PyMC model (``None`` in a pickled copy)."""
+        return self._oracle.model
+
+    @property
+    def reads(self) -> int:
+        """Passes over (a subset of) the rows so far: instrumentation for tests, not data."""
+        return self._oracle.calls
+
+    @property
+    def rows_read(self) -> int:
+        """Rows evaluated so far (instrumentation for tests)."""
+        return self._oracle.rows_read
+
+    def start_chain(self, noise: NoiseSource) -> None:
+        """A new chain: its own noise and counter; cached per-row values are forgotten."""
+        self.noise = noise
+        self.counter = ReleaseCounter()
+        self._oracle.clear_cache()
+
+    def check_data_unchanged(self) -> None:
+        """Refuse data changed since the build (``pm.set_data``): ``DataChangedError``."""
+        self._oracle.check_data_unchanged()
+
+    def check_deterministics(self) -> None:
+        """Refuse deterministics that read row data (also ones added after the build)."""
+        self._oracle.check_deterministics()
+
+    def check_before_reading(self, theta: np.ndarray) -> None:
+        """A chain's checks before its first read: data unchanged, deterministics, start."""
+        self.check_data_unchanged()
+        self.check_deterministics()
+        self.space.check_start(theta)
+
+    def __repr__(self) -> str:
+        return f"PrivateChannel(n_rows={self.n_rows}, noise={self.noise!r})"
+
+
+class Mechanism(ABC):
+    """A release bound to one :class:`PrivateChannel`, with its privacy :attr:`event`.
+
+    Parameters are read-only once built (:class:`~pymc_dp.errors.ReadOnlyParameterError`);
+    should one change anyway, the event changes with it and the counter refuses the release.
+    """
+
+    def __init__(self, channel: PrivateChannel) -> None:
+        self.channel = channel
+
+    def _finish(self) -> None:
+        self.event  # noqa: B018 - validates the parameters
+        self._built = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_built", False):
+            raise ReadOnlyParameterError(
+                f"{type(self).__name__}.{name} cannot change after the mechanism is built: "
+                "the budget reserves what its parameters release. Build a new step."
+            )
+        super().__setattr__(name, value)
+
+    @property
+    @abstractmethod
+    def event(self) -> PrivacyCost:
+        """The privacy event of one call."""
+
+    def _record(self) -> None:
+        self.channel.counter.record(self.event)
+
+    @property
+    def _oracle(self) -> RowLikelihood:
+        return self.channel._oracle
+
+
+class LLRRelease(Mechanism):
+    """Noisy tempered clipped log-likelihood-ratio sum (theory §2, §4.1 steps 2–3).
+
+    ``release(θ, θ')`` returns ``T · R(θ, θ') + ξ`` with ``R = Σ_i clip(ℓ_i(θ') − ℓ_i(θ), ±B)``,
+    ``B = b_l ‖θ' − θ‖₂`` and ``ξ ~ N(0, σ²)``, ``σ = z · 2 T B`` (sensitivity ``2 T B`` under
+    substitution of one row). Event: one Gaussian mechanism, PLD parameter ``1/(2z²)``.
+    """
+
+    def __init__(
+        self,
+        channel: PrivateChannel,
+        *,
+        llr_clip: float,
+        noise_multiplier: float,
+        temperature: float = 1.0,
+        count_clipped: bool = False,
+    ) -> None:
+        super().__init__(channel)
+        self.llr_clip = float(llr_clip)
+        self.noise_multiplier = float(noise_multiplier)
+        self.temperature = float(temperature)
+        self.count_clipped = bool(count_clipped)
+        self._finish()
+
+    @property
+    def event(self) -> GaussianCost:
+        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
+
+    def __call__(self, theta: np.ndarray, theta_new: np.ndarray) -> Release:
+        none = 0 if self.count_clipped else None
+        if not self.channel.space.in_support(theta_new):  # −∞ for every dataset: read nothing
+            return Release(-np.inf, 0.0, none)
+        bound = self.llr_clip * float(np.linalg.norm(np.asarray(theta_new) - np.asarray(theta)))
+        self._record()
+        if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
+            return Release(0.0, 0.0, none)
+        clipped = self._oracle.clipped_llr_sum(
+            theta, theta_new, bound, count_clipped=self.count_clipped
+        )
+        t = self.temperature
+        sigma = self.noise_multiplier * 2.0 * t * bound
+        return Release(
+            t * clipped.value + self.channel.noise.normal(sigma), sigma, clipped.n_clipped
         )
 
-    def add(self, kind: str, noise_multiplier: float) -> None:
-        """Count one Gaussian release (``kind`` "llr" or "grad") with multiplier ``z``."""
-        mu = self.mu + 1.0 / (2.0 * noise_multiplier**2)
-        if self.limited and mu > self.allowed_mu * (1.0 + _MU_SLACK):
-            raise self._refuse(
-                f"This release (noise multiplier {noise_multiplier:.6g}) would bring the chain's "
-                f"Gaussian privacy loss to mu = {mu:.6g} of the {self.allowed_mu:.6g} reserved"
-            )
-        if kind == "llr":
-            self.llr_releases += 1
-        else:
-            self.grad_releases += 1
-        self.mu = mu
 
-    def add_minibatch_llr(self, noise_multiplier: float, sampling_ratio: float) -> None:
-        """Count one subsampled Gaussian release (multiplier ``z``, sampling ratio ``q``)."""
-        if self.limited:
-            covered = sum(
-                count
-                for (z, q), count in self.allowed_subsampled.items()
-                if q == sampling_ratio and noise_multiplier >= z
-            )
-            if self.minibatch_llr_releases + 1 > covered:
-                raise self._refuse(
-                    f"Minibatch release number {self.minibatch_llr_releases + 1} (noise "
-                    f"multiplier {noise_multiplier:.6g}, sampling ratio {sampling_ratio:.6g})"
-                )
-        self.minibatch_llr_releases += 1
-
-    def add_barker_test(self, batch_size: int, n_rows: int) -> None:
-        """Count one DP Barker test on a batch of ``b`` of ``n`` rows."""
-        if self.limited and self.barker_tests + 1 > self.allowed_barker.get(
-            (batch_size, n_rows), 0
-        ):
-            raise self._refuse(
-                f"Barker test number {self.barker_tests + 1} (batch of {batch_size} of "
-                f"{n_rows} rows)"
-            )
-        self.barker_tests += 1
-
-
-class Release(NamedTuple):
-    """A noisy release and the standard deviation of the noise that was added.
-
-    ``n_clipped`` is NOT private (computed from the data without noise); a step method asks for
-    it (``count_clipped=True``) only for its opt-in, non-private diagnostics channel, and it is
-    ``None`` otherwise.
-    """
-
-    value: float | np.ndarray
-    noise_std: float
-    n_clipped: int | None
-
-
-def _check_multiplier(z: float, name: str) -> float:
-    z = float(z)
-    if not (np.isfinite(z) and z > 0):
-        raise InvalidParameterError(f"{name} must be positive and finite, got {z}.")
-    return z
-
-
-def release_llr(
-    oracle: RowLikelihood,
-    noise: NoiseSource,
-    theta: np.ndarray,
-    theta_new: np.ndarray,
-    *,
-    llr_clip: float,
-    noise_multiplier: float,
-    temperature: float = 1.0,
-    counter: ReleaseCounter | None = None,
-    count_clipped: bool = False,
-) -> Release:
-    """Noisy tempered clipped log-likelihood-ratio sum (SPEC §2, §4.1 steps 2–3).
-
-    Releases ``T · R(θ, θ') + ξ`` with ``R = Σ_i clip(ℓ_i(θ') − ℓ_i(θ), ±B)``,
-    ``B = b_l ‖θ' − θ‖₂`` and ``ξ ~ N(0, σ²)``, ``σ = z · 2 T B`` (sensitivity ``2 T B`` under
-    substitution of one row). One Gaussian mechanism with PLD parameter ``1/(2z²)``.
-    """
-    z = _check_multiplier(noise_multiplier, "noise_multiplier")
-    if not oracle.in_support(theta_new):  # log-density −∞ for every dataset: reject, read nothing
-        return Release(-np.inf, 0.0, 0 if count_clipped else None)
-    bound = float(llr_clip) * float(np.linalg.norm(np.asarray(theta_new) - np.asarray(theta)))
-    if counter is not None:
-        counter.add("llr", z)
-    if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
-        return Release(0.0, 0.0, 0 if count_clipped else None)
-    clipped = oracle.clipped_llr_sum(theta, theta_new, bound, count_clipped=count_clipped)
-    sigma = z * 2.0 * temperature * bound
-    return Release(temperature * clipped.value + noise.normal(sigma), sigma, clipped.n_clipped)
-
-
-def release_grad(
-    oracle: RowLikelihood,
-    noise: NoiseSource,
-    theta: np.ndarray,
-    *,
-    grad_clip: float,
-    noise_multiplier: float,
-    temperature: float = 1.0,
-    counter: ReleaseCounter | None = None,
-    count_clipped: bool = False,
-) -> Release:
+class GradientRelease(Mechanism):
     """Noisy tempered clipped gradient sum ``T · (G(θ) + N(0, σ² I))``, ``σ = z · 2 b_g``.
 
-    SPEC §2 and §4.3. Sensitivity ``2 b_g`` under substitution of one row; one Gaussian
-    mechanism with PLD parameter ``1/(2z²)``.
+    Theory §2 and §4.3. Sensitivity ``2 b_g`` under substitution of one row; event: one
+    Gaussian mechanism, PLD parameter ``1/(2z²)``. Outside the model's support the gradient is
+    undefined: NaN, without reading data or releasing anything.
     """
-    z = _check_multiplier(noise_multiplier, "grad_noise_multiplier")
-    if counter is not None:  # checked against the reservation before the data are read
-        counter.add("grad", z)
-    clipped = oracle.clipped_grad_sum(theta, grad_clip, count_clipped=count_clipped)
-    sigma = z * 2.0 * float(grad_clip)
-    value = temperature * (clipped.value + noise.normal(sigma, clipped.value.shape[0]))
-    return Release(value, temperature * sigma, clipped.n_clipped)
+
+    def __init__(
+        self,
+        channel: PrivateChannel,
+        *,
+        grad_clip: float,
+        noise_multiplier: float,
+        temperature: float = 1.0,
+        count_clipped: bool = False,
+    ) -> None:
+        super().__init__(channel)
+        self.grad_clip = float(grad_clip)
+        self.noise_multiplier = float(noise_multiplier)
+        self.temperature = float(temperature)
+        self.count_clipped = bool(count_clipped)
+        self._finish()
+
+    @property
+    def event(self) -> GaussianCost:
+        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
+
+    def __call__(self, theta: np.ndarray) -> Release:
+        space = self.channel.space
+        if not space.in_support(theta):
+            return Release(np.full(space.ndim, np.nan), 0.0, 0 if self.count_clipped else None)
+        self._record()  # checked against the reservation before the data are read
+        clipped = self._oracle.clipped_grad_sum(
+            theta, self.grad_clip, count_clipped=self.count_clipped
+        )
+        sigma = self.noise_multiplier * 2.0 * self.grad_clip
+        noise = self.channel.noise.normal(sigma, clipped.value.shape[0])
+        t = self.temperature
+        return Release(t * (clipped.value + noise), t * sigma, clipped.n_clipped)
 
 
 def _check_batch(batch_size: int, n_rows: int) -> None:
@@ -271,7 +349,7 @@ def minibatch_llr_estimate(
 
 
 def minibatch_llr_sensitivity(bound: float, *, batch_size: int, n_rows: int, temperature: float):
-    """Substitute-relation sensitivity ``c`` of the minibatch penalty release (SPEC §4.2).
+    """Substitute-relation sensitivity ``c`` of the minibatch penalty release (theory §4.2).
 
     The release is ``λ* − ½σ_b²`` with ``λ* = s Σ_{j∈B} r_j``, ``s = nT/b`` and ``σ_b²`` the
     (finite-population-corrected, unbiased) variance estimate of ``λ*``,
@@ -295,110 +373,120 @@ def minibatch_llr_sensitivity(bound: float, *, batch_size: int, n_rows: int, tem
     return 2.0 * s * bound + 2.0 * (1.0 - b / n) * s * s * bound * bound
 
 
-def release_llr_minibatch(
-    oracle: RowLikelihood,
-    noise: NoiseSource,
-    theta: np.ndarray,
-    theta_new: np.ndarray,
-    *,
-    batch_size: int,
-    llr_clip: float,
-    noise_multiplier: float,
-    temperature: float = 1.0,
-    counter: ReleaseCounter | None = None,
-    variance_correction: bool = True,
-    count_clipped: bool = False,
-) -> Release:
-    """Noisy minibatch estimate of the tempered log-likelihood ratio (SPEC §4.2, thesis §3.4).
+class MinibatchLLRRelease(Mechanism):
+    """Noisy minibatch estimate of the tempered log-likelihood ratio (theory §4.2).
 
-    Draws ``b`` rows without replacement from the secret generator, reads only those rows at
-    ``θ`` and ``θ'``, clips ``r_j = ℓ_j(θ') − ℓ_j(θ)`` to ``±B`` (``B = b_l ‖θ' − θ‖₂``) and
-    releases ``λ* − ½σ_b² + ξ`` with ``λ* = (nT/b) Σ r_j``, ``σ_b²`` its variance estimate
-    (see :func:`minibatch_llr_sensitivity`) and ``ξ ~ N(0, σ²)``, ``σ = z c``. The penalty test
-    then subtracts ``½σ²``, so in total ``½(σ² + σ_b²)`` as SPEC §4.2. Privacy: one subsampled
-    Gaussian mechanism with multiplier ``z`` and ratio ``q = b/n`` (``SubsampledGaussianCost``).
-    ``variance_correction=False`` leaves out ``−½σ_b²`` (only for the tests' negative control).
-    """
-    z = _check_multiplier(noise_multiplier, "noise_multiplier")
-    n, b = oracle.n_rows, int(batch_size)
-    _check_batch(b, n)
-    if not oracle.in_support(theta_new):  # log-density −∞ for every dataset: reject, read nothing
-        return Release(-np.inf, 0.0, 0 if count_clipped else None)
-    bound = float(llr_clip) * float(np.linalg.norm(np.asarray(theta_new) - np.asarray(theta)))
-    if counter is not None:
-        counter.add_minibatch_llr(z, b / n)
-    if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
-        return Release(0.0, 0.0, 0 if count_clipped else None)
-    rows = noise.generator.choice(n, size=b, replace=False)  # secret: never from random_seed
-    ratio = oracle.loglik_rows(theta_new, rows) - oracle.loglik_rows(theta, rows)
-    n_clipped = int(np.sum(~(np.abs(ratio) <= bound))) if count_clipped else None  # NaN: clipped
-    ratio = np.clip(np.where(np.isnan(ratio), -bound, ratio), -bound, bound)
-    estimate, batch_variance = minibatch_llr_estimate(ratio, n_rows=n, temperature=temperature)
-    sigma = z * minibatch_llr_sensitivity(bound, batch_size=b, n_rows=n, temperature=temperature)
-    value = estimate + noise.normal(sigma)
-    if variance_correction:
-        value -= 0.5 * batch_variance
-    return Release(value, sigma, n_clipped)
-
-
-class BarkerDecision(NamedTuple):
-    """Outcome of one DP Barker test: only ``accepted`` is released.
-
-    ``batch_variance`` (``σ_b²``) and ``n_clipped`` are computed from the batch without noise:
-    NOT private, kept only in the opt-in diagnostics.
+    ``release(θ, θ')`` draws ``b`` rows without replacement from the secret generator, reads
+    only those rows at ``θ`` and ``θ'``, clips ``r_j = ℓ_j(θ') − ℓ_j(θ)`` to ``±B``
+    (``B = b_l ‖θ' − θ‖₂``) and releases ``λ* − ½σ_b² + ξ`` with ``λ* = (nT/b) Σ r_j``,
+    ``σ_b²`` its variance estimate (:func:`minibatch_llr_sensitivity`) and ``ξ ~ N(0, σ²)``,
+    ``σ = z c``. The penalty test then subtracts ``½σ²``, so ``½(σ² + σ_b²)`` in total. Event:
+    one subsampled Gaussian, multiplier ``z``, ratio ``q = b/n``. ``variance_correction=False``
+    leaves out ``−½σ_b²`` (only for the tests' negative control).
     """
 
-    accepted: bool
-    batch_variance: float
-    n_clipped: int
+    def __init__(
+        self,
+        channel: PrivateChannel,
+        *,
+        batch_size: int,
+        llr_clip: float,
+        noise_multiplier: float,
+        temperature: float = 1.0,
+        count_clipped: bool = False,
+        variance_correction: bool = True,
+    ) -> None:
+        super().__init__(channel)
+        _check_batch(int(batch_size), channel.n_rows)
+        self.batch_size = int(batch_size)
+        self.llr_clip = float(llr_clip)
+        self.noise_multiplier = float(noise_multiplier)
+        self.temperature = float(temperature)
+        self.count_clipped = bool(count_clipped)
+        self.variance_correction = bool(variance_correction)
+        self._finish()
 
+    @property
+    def event(self) -> SubsampledGaussianCost:
+        return SubsampledGaussianCost(self.noise_multiplier, self.batch_size / self.channel.n_rows)
 
-class BarkerVarianceError(PyMCDPError):
-    """The batch variance exceeded the normal variance the Barker test can correct."""
-
-
-def barker_test(
-    oracle: RowLikelihood,
-    noise: NoiseSource,
-    theta: np.ndarray,
-    theta_new: np.ndarray,
-    *,
-    log_prior_ratio: float,
-    batch_size: int,
-    temperature: float,
-    correction: BarkerCorrection,
-    counter: ReleaseCounter | None = None,
-) -> BarkerDecision:
-    """The DP Barker acceptance test on a secret minibatch (SPEC §4.4, thesis Algorithm 3).
-
-    Draws ``b`` rows without replacement from the secret generator, reads only those rows, and
-    with ``r_j = ℓ_j(θ') − ℓ_j(θ)`` clipped to ``|r_j| ≤ √b / n0`` (``n0 = T n``) forms
-    ``λ = (n0 / b) Σ_j r_j + log p(θ') − log p(θ)`` and ``σ_b² = n0² Var_B(r) / b``; then draws
-    ``s ~ N(0, C − σ_b²)`` and ``V_corr`` (so that ``N(0, C) + V_corr ≈ Logistic(0, 1)``) and
-    accepts iff ``λ + s + V_corr > 0``. The clip bounds ``σ_b² ≤ 1 < C = 2`` (population
-    variance of values in ``[−a, a]`` is at most ``a²``), so the test can always be corrected;
-    should it not be (``σ_b² > C``), :class:`BarkerVarianceError` is raised rather than a silent
-    accept or reject. Privacy: thesis Thm 3.3, accounted by ``BarkerCost``.
-    """
-    n = oracle.n_rows
-    b = int(batch_size)
-    if not oracle.in_support(theta_new):  # log-density −∞ for every dataset: reject, read nothing
-        return BarkerDecision(False, 0.0, 0)
-    if counter is not None:
-        counter.add_barker_test(b, n)
-    rows = noise.generator.choice(n, size=b, replace=False)  # secret: never from random_seed
-    n0 = temperature * n
-    bound = np.sqrt(b) / n0
-    ratio = oracle.loglik_rows(theta_new, rows) - oracle.loglik_rows(theta, rows)
-    n_clipped = int(np.sum(~(np.abs(ratio) <= bound)))  # NaN counts as clipped
-    ratio = np.clip(np.where(np.isnan(ratio), -bound, ratio), -bound, bound)
-    lam = (n0 / b) * float(ratio.sum()) + float(log_prior_ratio)
-    variance = n0**2 * float(ratio.var()) / b
-    total = correction.normal_variance
-    if variance > total:
-        raise BarkerVarianceError(
-            f"The batch variance exceeds the normal variance C = {total} that the Barker test "
-            "corrects; the test cannot be made exact. Use a larger batch_size."
+    def __call__(self, theta: np.ndarray, theta_new: np.ndarray) -> Release:
+        none = 0 if self.count_clipped else None
+        if not self.channel.space.in_support(theta_new):  # −∞ for every dataset: read nothing
+            return Release(-np.inf, 0.0, none)
+        n, b, t = self.channel.n_rows, self.batch_size, self.temperature
+        bound = self.llr_clip * float(np.linalg.norm(np.asarray(theta_new) - np.asarray(theta)))
+        self._record()
+        if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
+            return Release(0.0, 0.0, none)
+        rows = self.channel.noise.rows(n, b)  # secret: never from random_seed
+        oracle = self._oracle
+        ratio = oracle.loglik_rows(theta_new, rows) - oracle.loglik_rows(theta, rows)
+        n_clipped = releases.count_clipped(ratio, bound) if self.count_clipped else None
+        ratio = releases.clip_ratio(ratio, bound)
+        estimate, batch_variance = minibatch_llr_estimate(ratio, n_rows=n, temperature=t)
+        sigma = self.noise_multiplier * minibatch_llr_sensitivity(
+            bound, batch_size=b, n_rows=n, temperature=t
         )
-    extra = noise.normal(np.sqrt(total - variance)) + correction.sample(noise.generator)
-    return BarkerDecision(bool(lam + extra > 0), variance, n_clipped)
+        value = estimate + self.channel.noise.normal(sigma)
+        if self.variance_correction:
+            value -= 0.5 * batch_variance
+        return Release(value, sigma, n_clipped)
+
+
+class BarkerTest(Mechanism):
+    """The DP Barker acceptance test on a secret minibatch (theory §4.4, thesis Algorithm 3).
+
+    ``test(θ, θ', log p(θ') − log p(θ))`` draws ``b`` rows without replacement from the secret
+    generator, reads only those rows, and with ``r_j = ℓ_j(θ') − ℓ_j(θ)`` clipped to
+    ``|r_j| ≤ √b / n0`` (``n0 = T n``) forms ``λ = (n0 / b) Σ_j r_j + log p(θ') − log p(θ)`` and
+    ``σ_b² = n0² Var_B(r) / b``; then draws ``s ~ N(0, C − σ_b²)`` and ``V_corr`` (so that
+    ``N(0, C) + V_corr ≈ Logistic(0, 1)``) and accepts iff ``λ + s + V_corr > 0``. The clip
+    bounds ``σ_b² ≤ 1 < C = 2``, so the test can always be corrected; should it not be,
+    :class:`~pymc_dp.errors.BarkerVarianceError` is raised rather than a silent decision.
+    Event: :class:`~pymc_dp.accounting.BarkerCost` (thesis Thm 3.3, RDP).
+    """
+
+    def __init__(
+        self,
+        channel: PrivateChannel,
+        *,
+        batch_size: int,
+        temperature: float,
+        correction: BarkerCorrection,
+    ) -> None:
+        super().__init__(channel)
+        self.batch_size = int(batch_size)
+        self.temperature = float(temperature)
+        self.correction = correction
+        self._finish()
+
+    @property
+    def event(self) -> BarkerCost:
+        return BarkerCost(self.batch_size, self.channel.n_rows)
+
+    def __call__(
+        self, theta: np.ndarray, theta_new: np.ndarray, log_prior_ratio: float
+    ) -> BarkerDecision:
+        if not self.channel.space.in_support(theta_new):  # −∞ for every dataset: read nothing
+            return BarkerDecision(False, 0.0, 0)
+        n, b = self.channel.n_rows, self.batch_size
+        self._record()
+        noise = self.channel.noise
+        rows = noise.rows(n, b)  # secret: never from random_seed
+        n0 = self.temperature * n
+        bound = np.sqrt(b) / n0
+        oracle = self._oracle
+        ratio = oracle.loglik_rows(theta_new, rows) - oracle.loglik_rows(theta, rows)
+        n_clipped = releases.count_clipped(ratio, bound)
+        ratio = releases.clip_ratio(ratio, bound)
+        lam = (n0 / b) * float(ratio.sum()) + float(log_prior_ratio)
+        variance = n0**2 * float(ratio.var()) / b
+        total = self.correction.normal_variance
+        if variance > total:
+            raise BarkerVarianceError(
+                f"The batch variance exceeds the normal variance C = {total} that the Barker "
+                "test corrects; the test cannot be made exact. Use a larger batch_size."
+            )
+        extra = noise.normal(np.sqrt(total - variance)) + self.correction.sample(noise.generator)
+        return BarkerDecision(bool(lam + extra > 0), variance, n_clipped)

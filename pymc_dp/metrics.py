@@ -1,4 +1,4 @@
-"""Sample-quality metrics used by the seeds' evaluation (SPEC §5)."""
+"""Sample-quality metrics used by the seeds' evaluation (theory §5)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def median_heuristic(
 
 
 def mmd(x: np.ndarray, y: np.ndarray, *, bandwidth: float | None = None) -> float:
-    """Maximum mean discrepancy with a Gaussian kernel (the seeds' metric, SPEC §5).
+    """Maximum mean discrepancy with a Gaussian kernel (the seeds' metric, theory §5).
 
     ``MMD²(x, y) = mean k(x, x') + mean k(y, y') − 2 mean k(x, y)`` (the biased V-statistic,
     never negative) with ``k(u, v) = exp(−‖u − v‖² / (2 h²))`` and ``h`` the median pairwise

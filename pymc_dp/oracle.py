@@ -5,10 +5,10 @@
 * a **public** part, the log-prior ``log p(θ)`` (every term that involves no data, transform
   Jacobians included), and
 * a **private** part, the per-row log-likelihood ``ℓ_i(θ) = log p(x_i | θ)``, one term per row
-  (SPEC §1: a row is position ``i`` along the leading axis of every observed variable and of every
+  (theory §1: a row is position ``i`` along the leading axis of every observed variable and of every
   row-aligned data container).
 
-It compiles PyTensor functions for the quantities the DP mechanisms clip and noise (SPEC §2):
+It compiles PyTensor functions for the quantities the DP mechanisms clip and noise (theory §2):
 
 * the per-row log-likelihood vector ``(ℓ_1, …, ℓ_n)``;
 * the clipped gradient sum ``G(θ) = Σ_i clip_b(∇_θ ℓ_i(θ))``;
@@ -53,11 +53,11 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.shape import SpecifyShape
-from pytensor.tensor.type import continuous_dtypes, integer_dtypes
+from pytensor.tensor.type import integer_dtypes
 
+from pymc_dp import releases
 from pymc_dp._batching import unbatch_blockwise
 from pymc_dp._compat import inline_ofg_node, leading_axis_indices
-from pymc_dp._compile import compile_function
 from pymc_dp._gathers import lift_gathers, row_gathers
 from pymc_dp._leaks import (
     check_deterministics,
@@ -69,13 +69,13 @@ from pymc_dp._leaks import (
 from pymc_dp.errors import (
     CoupledRowsError,
     DataChangedError,
-    InitialPointError,
     InvalidParameterError,
     ModelNotSupportedError,
     PrivateEvaluationError,
 )
+from pymc_dp.parameter_space import ParameterSpace, prior_terms, resolve_vars
 
-__all__ = ["ClippedSum", "RowLikelihood"]
+__all__ = ["ClippedSum", "RowLikelihood", "clip_ratio_graph", "count_clipped_graph"]
 
 GradientMethod = Literal["auto", "vectorize", "jacobian"]
 
@@ -96,6 +96,17 @@ class ClippedSum(NamedTuple):
 
     value: Any
     n_clipped: int | None
+
+
+def clip_ratio_graph(ratio: Variable, bound: Variable) -> Variable:
+    """:func:`pymc_dp.releases.clip_ratio` as a PyTensor graph: NaN counts as ``−B``, then
+    ``clip(r, −B, B)`` (theory §2). A test checks that the two agree."""
+    return pt.clip(pt.switch(pt.isnan(ratio), -bound, ratio), -bound, bound)
+
+
+def count_clipped_graph(ratio: Variable, bound: Variable) -> Variable:
+    """:func:`pymc_dp.releases.count_clipped` as a PyTensor graph (``|r| > B`` or NaN)."""
+    return pt.sum(pt.invert(pt.le(pt.abs(ratio), bound)))
 
 
 @node_rewriter([SpecifyShape])
@@ -135,7 +146,7 @@ class _RowInput:
 class RowLikelihood:
     """Per-row log-likelihood, its clipped sums, and the public log-prior of a PyMC model.
 
-    This is the only object in pymc_dp that reads observed data (SPEC §1–§2).
+    This is the only object in pymc_dp that reads observed data (theory §1–§2).
 
     Parameters
     ----------
@@ -191,19 +202,24 @@ class RowLikelihood:
                 "'jacobian'."
             )
         self._check_bounds = bool(getattr(self.model, "check_bounds", True))
-        self.value_vars = self._resolve_vars(vars)
+        self.value_vars = resolve_vars(self.model, vars)
         self._initial_point = self.model.initial_point()
         self._observed = self._check_observed()
         self.n_rows = self._observed[0].data.shape[0]
-        lik_terms, prior_terms = self._split_logp()
+        lik_terms, prior = self._split_logp()
         self._rows = self._find_row_inputs(lik_terms, row_data)
-        self._check_no_leaks(prior_terms)
-        self._public_data = self._snapshot_public_data([*lik_terms, *(t for _, t in prior_terms)])
+        self._check_no_leaks(prior)
+        self._public_data = self._snapshot_public_data([*lik_terms, *(t for _, t in prior)])
         self._check_row_indices(lik_terms)
         self._lik_terms = lik_terms
-        self._prior_terms = prior_terms
-
-        self._setup_parameter_space()
+        # the public part: θ's layout, the log-prior and the likelihood's parameter-only checks
+        self.space = ParameterSpace(
+            self.model,
+            self.value_vars,
+            prior=prior,
+            support_checks=self._support_checks(lik_terms),
+        )
+        self.ndim = self.space.ndim
         self._auto_chunk = chunk_size is None
         if chunk_size is None:  # refined once the per-row gradient's width is known
             chunk_size = max(_MIN_CHUNK, _CHUNK_BYTES // (8 * max(self.ndim, 1)))
@@ -214,8 +230,6 @@ class RowLikelihood:
         self.calls = 0
         self._loglik_cache: list[tuple[bytes, np.ndarray]] = []
 
-        self._compile_prior()
-        self._compile_support()
         methods = ["vectorize", "jacobian"] if gradient_method == "auto" else [gradient_method]
         failures: list[str] = []
         coupled = False
@@ -251,53 +265,6 @@ class RowLikelihood:
         self.gradient_method = method
 
     # ------------------------------------------------------------------ model inspection
-
-    def _resolve_vars(self, vars: Sequence[Any] | None) -> list[Variable]:
-        model = self.model
-        if vars is None:
-            chosen = list(model.value_vars)
-        else:
-            if isinstance(vars, str | Variable):
-                vars = [vars]
-            chosen = []
-            for v in vars:
-                if isinstance(v, str):
-                    if v not in model.named_vars:
-                        raise InvalidParameterError(
-                            f"vars: the model has no variable named {v!r}. Free variables are "
-                            f"{[rv.name for rv in model.free_RVs]}."
-                        )
-                    v = model.named_vars[v]
-                if v in model.rvs_to_values and v in model.free_RVs:
-                    v = model.rvs_to_values[v]
-                if v not in model.value_vars:
-                    kind = "observed" if v in model.observed_RVs else "not a free variable"
-                    raise InvalidParameterError(
-                        f"vars: {describe_leaf(v)} is {kind}. A DP step moves free "
-                        "(unobserved) continuous variables only; remove it from vars."
-                    )
-                chosen.append(v)
-            order = {v: i for i, v in enumerate(model.value_vars)}
-            chosen = sorted(dict.fromkeys(chosen), key=order.__getitem__)
-        values_to_rvs = {val: rv for rv, val in model.rvs_to_values.items()}
-        for v in chosen:
-            if v.dtype not in continuous_dtypes:
-                rv = values_to_rvs[v]
-                raise ModelNotSupportedError(
-                    f"Variable {rv.name!r} is discrete ({v.dtype}); DP step methods move "
-                    "continuous parameters only. Marginalise it out (e.g. with "
-                    "pymc_extras.marginalize) or make it continuous."
-                )
-        imputed = [rv.name for rv in model.free_RVs if rv.name.endswith("_unobserved")]
-        for name in imputed:
-            base = name[: -len("_unobserved")]
-            if f"{base}_observed" in model.named_vars:
-                raise ModelNotSupportedError(
-                    f"Observed variable {base!r} has missing values (NaN or masked): PyMC created "
-                    f"{name!r} to impute them, a free variable made of private data. Drop or "
-                    "impute the missing rows before building the model."
-                )
-        return chosen
 
     def _check_observed(self) -> list[_RowInput]:
         model = self.model
@@ -351,15 +318,7 @@ class RowLikelihood:
             if term.ndim > 1:
                 term = term.sum(axis=tuple(range(1, term.ndim)))
             lik_terms.append(term)
-        prior_rvs = list(model.free_RVs)
-        prior_logps = model.logp(vars=prior_rvs, jacobian=True, sum=False) if prior_rvs else []
-        prior_terms = [(rv.name, lp) for rv, lp in zip(prior_rvs, prior_logps, strict=True)]
-        if model.potentials:
-            pot_logps = model.logp(vars=model.potentials, sum=False)
-            prior_terms += [
-                (pot.name, lp) for pot, lp in zip(model.potentials, pot_logps, strict=True)
-            ]
-        return lik_terms, prior_terms
+        return lik_terms, prior_terms(model)
 
     def _find_row_inputs(
         self, lik_terms: list[Variable], row_data: Sequence[Any] | None
@@ -432,49 +391,6 @@ class RowLikelihood:
 
     # ------------------------------------------------------------------ graph construction
 
-    def _setup_parameter_space(self) -> None:
-        """Raveled unconstrained parameter vector θ in the order of ``self.value_vars``."""
-        model = self.model
-        point = self._initial_point
-        self._theta = pt.vector("theta", dtype=pytensor.config.floatX)
-        self._slices: list[tuple[Variable, slice, tuple[int, ...]]] = []
-        start = 0
-        replacements: dict[Variable, Variable] = {}
-        for v in self.value_vars:
-            shape = tuple(np.shape(point[v.name]))
-            size = int(np.prod(shape, dtype=int))
-            sl = slice(start, start + size)
-            self._slices.append((v, sl, shape))
-            replacements[v] = self._theta[sl].reshape(shape).astype(v.dtype)
-            start += size
-        self.ndim = start
-        self._fixed: dict[str, SharedVariable] = {}
-        for v in model.value_vars:
-            if v not in replacements:
-                shared = pytensor.shared(np.asarray(point[v.name], dtype=v.dtype), name=v.name)
-                self._fixed[v.name] = shared
-                replacements[v] = shared
-        self._theta_replacements = replacements
-
-    def _to_theta(self, graphs: list[Variable]) -> list[Variable]:
-        return clone_replace(graphs, self._theta_replacements, rebuild_strict=False)
-
-    def _compile(self, inputs: list[Variable], outputs: Any) -> Any:
-        return compile_function(inputs, outputs, check_bounds=self._check_bounds)
-
-    def _compile_prior(self) -> None:
-        terms = [lp.sum() for _, lp in self._prior_terms]
-        total = pt.add(*terms) if terms else pt.constant(0.0, dtype=pytensor.config.floatX)
-        (total,) = self._to_theta([total])
-        grad = pytensor.grad(total, self._theta, disconnected_inputs="ignore")
-        self._f_prior = self._compile([self._theta], [total, grad])
-        # each term alone, to name a variable whose prior is not finite at a chain's start
-        self._prior_names = [name for name, _ in self._prior_terms]
-        if terms:
-            self._f_prior_terms = self._compile([self._theta], pt.stack(self._to_theta(terms)))
-        else:
-            self._f_prior_terms = None
-
     def _row_placeholders(self, batch_shape: tuple[int | None, ...]) -> list[Variable]:
         return [
             pt.tensor(
@@ -527,7 +443,7 @@ class RowLikelihood:
 
     def _lik_value_vars(self, ell: Variable) -> list[Variable]:
         used = set(ancestors([ell]))
-        return [v for v, _, _ in self._slices if v in used]
+        return [v for v, _, _ in self.space.slices if v in used]
 
     def _build_likelihood(self, method: str) -> None:
         terms, fixed = self._canonical_lik_terms()
@@ -604,19 +520,19 @@ class RowLikelihood:
         floatX = pytensor.config.floatX
         sparse_vars = list(sparse)
         flat = [ell, *blocks.values(), *[part for v in sparse_vars for part in sparse[v]]]
-        ell_theta, *flat_theta = self._to_theta(flat)
+        ell_theta, *flat_theta = self.space.to_theta(flat)
         blocks_theta = dict(zip(blocks, flat_theta[: len(blocks)], strict=True))
         rest = flat_theta[len(blocks) :]
         sparse_theta = {v: (rest[2 * k], rest[2 * k + 1]) for k, v in enumerate(sparse_vars)}
-        self._f_loglik = self._compile([self._theta, *inputs], ell_theta)
-        sizes = {v: sl.stop - sl.start for v, sl, _ in self._slices}
-        shapes = {v: shape for v, _, shape in self._slices}
+        self._f_loglik = self.space.compile([self.space.theta, *inputs], ell_theta)
+        sizes = {v: sl.stop - sl.start for v, sl, _ in self.space.slices}
+        shapes = {v: shape for v, _, shape in self.space.slices}
         # columns of a row's gradient: all of a dense block, one entry's worth of a gathered v
         widths = {v: sizes[v] for v in blocks} | {v: sizes[v] // shapes[v][0] for v in sparse}
         if self._auto_chunk:
             self.chunk_size = max(_MIN_CHUNK, _CHUNK_BYTES // (8 * max(sum(widths.values()), 1)))
 
-        # Clipped gradient sum, SPEC §2: Σ_i g_i · min(1, b / ‖g_i‖), per value-variable block,
+        # Clipped gradient sum, theory §2: Σ_i g_i · min(1, b / ‖g_i‖), per value-variable block,
         # joined into the raveled vector only at the end. Measured choices (benchmarks/oracle.py):
         # - every reduction over rows is a dot product (‖g_i‖² = (g_i²)·1, Σ_i s_i g_i = sᵀG, and
         #   sᵀg for a scalar parameter's column): a CAReduce sum is several times slower;
@@ -648,7 +564,7 @@ class RowLikelihood:
         x = sq_norm * pt.reciprocal(pt.sqr(bound))  # ‖g_i‖²/b²
         scale = pt.reciprocal(pt.sqrt(0.5 * (x + 1.0 + pt.abs(x - 1.0))))  # 1/√max(x, 1)
         pieces = []
-        for v, _, shape in self._slices:
+        for v, _, shape in self.space.slices:
             if v in entries:  # Σ_i s_i g_i placed at idx_i: a scatter-add over the rows
                 g, index = entries[v]
                 weighted = scale * g if g.ndim == 1 else scale[:, None] * g
@@ -661,22 +577,20 @@ class RowLikelihood:
             else:
                 pieces.append(pt.dot(scale, columns[v]))
         total = pt.concatenate(pieces) if pieces else pt.zeros((0,), dtype=floatX)
-        self._f_grad = self._compile([self._theta, *inputs, bound], total)
+        self._f_grad = self.space.compile([self.space.theta, *inputs, bound], total)
         n_clipped = pt.sum(sq_norm > pt.sqr(bound))  # NOT private: diagnostics only
         # with the count, for non-private diagnostics only: compiled on first use
-        self._grad_and_count = ([self._theta, *inputs, bound], [total, n_clipped])
+        self._grad_and_count = ([self.space.theta, *inputs, bound], [total, n_clipped])
         self._f_grad_and_count = None
 
-        # Clipped log-likelihood-ratio sum, SPEC §2: Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B).
+        # Clipped log-likelihood-ratio sum, theory §2: Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B).
         theta_new = pt.vector("theta_new", dtype=floatX)
-        (ell_new,) = clone_replace([ell_theta], {self._theta: theta_new})
+        (ell_new,) = clone_replace([ell_theta], {self.space.theta: theta_new})
         llr_bound = pt.scalar("llr_clip", dtype=floatX)
         ratio = ell_new - ell_theta
-        # An undefined ratio (both terms infinite) counts as −B: bounded, and against the move.
-        clipped = pt.clip(pt.switch(pt.isnan(ratio), -llr_bound, ratio), -llr_bound, llr_bound)
-        self._f_llr = self._compile(
-            [self._theta, theta_new, *inputs, llr_bound],
-            [clipped.sum(), pt.sum(pt.abs(ratio) > llr_bound)],
+        self._f_llr = self.space.compile(
+            [self.space.theta, theta_new, *inputs, llr_bound],
+            [clip_ratio_graph(ratio, llr_bound).sum(), count_clipped_graph(ratio, llr_bound)],
         )
         dense = dict(blocks_theta)
         for v, (g, index) in sparse_theta.items():  # for grad_rows (tests, diagnostics) only
@@ -693,10 +607,9 @@ class RowLikelihood:
         """PyMC's per-row log-likelihood, logp and dlogp at a random point θ (for checks)."""
         model = self.model
         check_rng = np.random.default_rng(20240917)  # public: nothing here is released
-        theta = self.ravel(self._initial_point) + check_rng.normal(0.0, 0.3, self.ndim)
-        point = {**self._initial_point, **self.unravel(theta)}
-        for name, shared in self._fixed.items():
-            point[name] = shared.get_value()
+        space = self.space
+        theta = space.ravel(self._initial_point) + check_rng.normal(0.0, 0.3, self.ndim)
+        point = {**self._initial_point, **space.unravel(theta), **space.fixed_values}
         values_to_rvs = {val: rv for rv, val in model.rvs_to_values.items()}
         outputs = [
             pt.add(*self._lik_terms),
@@ -731,7 +644,7 @@ class RowLikelihood:
                 return "a row's log-likelihood computed on a subset of rows differs", True
         # Sums are compared with the floating-point summation bound: the tolerance scales with
         # the sum of absolute terms, since PyMC adds the same terms in another order.
-        prior, prior_grad = self.logprior_and_grad(theta)
+        prior, prior_grad = self.space.logprior_and_grad(theta)
         ours = float(np.sum(full)) + prior
         if abs(ours - logp) > 1e-9 * (np.sum(np.abs(full)) + abs(prior)) + 1e-10:
             return "the summed log-density differs from PyMC's logp", True
@@ -755,7 +668,7 @@ class RowLikelihood:
         # worker starts (the workers have no model to check).
         self.check_deterministics()
         state = self.__dict__.copy()
-        for key in ("model", "_lik_terms", "_prior_terms", "_theta_replacements"):
+        for key in ("model", "_lik_terms"):
             state[key] = None
         state["_loglik_cache"] = []
         return state
@@ -765,23 +678,9 @@ class RowLikelihood:
         """The graph inputs that hold row data (observed values and row-aligned data)."""
         return [r.variable for r in self._rows]
 
-    # ------------------------------------------------------------------ parameter vector
-
-    def ravel(self, point: dict[str, Any]) -> np.ndarray:
-        """Raveled parameter vector θ (unconstrained space) from a point dict."""
-        parts = [np.ravel(np.asarray(point[v.name], dtype=float)) for v, _, _ in self._slices]
-        return np.concatenate(parts) if parts else np.zeros(0)
-
-    def unravel(self, theta: np.ndarray) -> dict[str, np.ndarray]:
-        """Point dict (value-variable names) from a raveled parameter vector θ."""
-        theta = np.asarray(theta)
-        return {v.name: theta[sl].reshape(shape) for v, sl, shape in self._slices}
-
     def set_fixed_values(self, point: dict[str, Any]) -> None:
-        """Set the values of free variables that are not in ``vars`` (held fixed)."""
-        for name, shared in self._fixed.items():
-            if name in point:
-                shared.set_value(np.asarray(point[name], dtype=shared.dtype))
+        """Set the free variables held fixed (not in ``vars``); forgets cached per-row values."""
+        self.space.set_fixed_values(point)
         self.clear_cache()  # per-row values depend on the fixed values
 
     def clear_cache(self) -> None:
@@ -790,93 +689,32 @@ class RowLikelihood:
 
     # ------------------------------------------------------------------ support and start
 
-    def _compile_support(self) -> None:
-        """The likelihood's parameter checks that read no row data, as a public function of θ.
+    def _support_checks(self, lik_terms: list[Variable]) -> list[tuple[str, Variable]]:
+        """The likelihood's parameter checks that read no row data (for the public space).
 
         A failed check (``sigma > 0`` where ``sigma = exp(θ)`` underflowed) makes the model's
-        log-density −∞ whatever the data: such a proposal is rejected without reading data.
-        Checks that involve row data stay inside the per-row terms (−∞ there, clipped).
+        log-density −∞ whatever the data: such a proposal is rejected without reading data
+        (:meth:`ParameterSpace.in_support`). Checks that involve row data stay inside the
+        per-row terms (−∞ there, clipped).
         """
         from pymc.logprob.utils import CheckParameterValue
 
         row_vars = {r.variable for r in self._rows}
         moved = set(self.value_vars)
         checks: list[tuple[str, Variable]] = []
-        if self._check_bounds:
-            for var in ancestors(self._lik_terms):
-                node = var.owner
-                if node is None or not isinstance(node.op, CheckParameterValue):
-                    continue
-                if not node.op.can_be_replaced_by_ninf:
-                    continue
-                for cond in node.inputs[1:]:
-                    above = set(ancestors([cond]))
-                    if moved.intersection(above) and not row_vars.intersection(above):
-                        checks.append((str(node.op.msg), pt.all(cond)))
-        self._support_messages = list(dict.fromkeys(msg for msg, _ in checks))
-        if not checks:
-            self._f_support = None
-            return
-        conditions = self._to_theta([cond for _, cond in checks])
-        by_message = [
-            pt.all(pt.stack([c for (m, _), c in zip(checks, conditions, strict=True) if m == msg]))
-            for msg in self._support_messages
-        ]
-        self._f_support = self._compile([self._theta], pt.stack(by_message))
-
-    def failed_checks(self, theta: np.ndarray) -> list[str]:
-        """The likelihood's parameter checks (e.g. ``"sigma > 0"``) that fail at θ. Public."""
-        if self._f_support is None:
-            return []
-        ok = self._f_support(self._as_theta(theta))
-        return [msg for msg, good in zip(self._support_messages, ok, strict=True) if not good]
-
-    def in_support(self, theta: np.ndarray) -> bool:
-        """Whether θ is finite and passes every parameter check that reads no row data. Public.
-
-        Outside, the model's log-density is −∞ for every dataset: a proposal there is a
-        rejection (a divergence for HMC), decided without reading data.
-        """
-        theta = np.asarray(theta)
-        if not np.all(np.isfinite(theta)):
-            return False
-        return self._f_support is None or bool(np.all(self._f_support(self._as_theta(theta))))
-
-    def check_start(self, theta: np.ndarray) -> None:
-        """Refuse a chain's starting point that is non-finite or outside the support. Public.
-
-        Reads no data (θ, the log-prior and the parameter-only checks of the likelihood), so it
-        runs before any reservation. Raises :class:`InitialPointError` naming the variable.
-        """
-        theta = np.asarray(theta, dtype=float)
-        for v, sl, _ in self._slices:
-            if not np.all(np.isfinite(theta[sl])):
-                raise InitialPointError(
-                    f"The initial value of {v.name!r} is not finite in the sampler's "
-                    "(unconstrained) space: it is NaN/infinite or outside the variable's support "
-                    "(e.g. a negative value for a positive variable). Give a finite value inside "
-                    "the support in initvals, or leave initvals unset."
-                )
-        terms = [] if self._f_prior_terms is None else self._f_prior_terms(self._as_theta(theta))
-        bad = [
-            name
-            for name, value in zip(self._prior_names, terms, strict=True)
-            if not np.isfinite(value)
-        ]
-        if bad:
-            raise InitialPointError(
-                f"The prior log-density of {bad} is not finite at the initial point (the value "
-                "is outside the support, or so extreme that it overflows). Give initvals well "
-                "inside the support, or leave initvals unset."
-            )
-        failed = self.failed_checks(theta)
-        if failed:
-            observed = [repr(r.name) for r in self._rows if r.observed]
-            raise InitialPointError(
-                f"The likelihood of {', '.join(observed)} is undefined at the initial point of "
-                f"{[v.name for v in self.value_vars]}: the parameter check(s) {failed} fail. "
-                "Give initvals at which the model's parameters are valid, or leave initvals unset."
-            )
+        if not self._check_bounds:
+            return checks
+        for var in ancestors(lik_terms):
+            node = var.owner
+            if node is None or not isinstance(node.op, CheckParameterValue):
+                continue
+            if not node.op.can_be_replaced_by_ninf:
+                continue
+            for cond in node.inputs[1:]:
+                above = set(ancestors([cond]))
+                if moved.intersection(above) and not row_vars.intersection(above):
+                    checks.append((str(node.op.msg), pt.all(cond)))
+        return checks
 
     def _check_row_indices(self, lik_terms: list[Variable]) -> None:
         """Refuse index columns (``a[group]``) with values outside the indexed axis.
@@ -982,28 +820,13 @@ class RowLikelihood:
             "see the full error, evaluate the model on public synthetic data of the same shape."
         )
 
-    # ------------------------------------------------------------------ public (no data)
-
-    def logprior(self, theta: np.ndarray) -> float:
-        """Log-prior ``log p(θ)`` including transform Jacobians and data-free potentials."""
-        return float(self._f_prior(self._as_theta(theta))[0])
-
-    def logprior_grad(self, theta: np.ndarray) -> np.ndarray:
-        """Gradient of :meth:`logprior` with respect to θ."""
-        return np.asarray(self._f_prior(self._as_theta(theta))[1])
-
-    def logprior_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
-        """:meth:`logprior` and :meth:`logprior_grad` in one call."""
-        value, grad = self._f_prior(self._as_theta(theta))
-        return float(value), np.asarray(grad)
-
     # ------------------------------------------------------------------ private (reads data)
 
     def loglik_rows(
         self, theta: np.ndarray, rows: np.ndarray | slice | None = None, *, _count: bool = True
     ) -> np.ndarray:
         """Per-row log-likelihood ``ℓ_i(θ)`` for all rows, or for ``rows`` only. Not private."""
-        theta = self._as_theta(theta)
+        theta = self.space.as_theta(theta)
         parts = [self._private_call(self._f_loglik, theta, *c) for c in self._chunks(rows, _count)]
         return np.concatenate(parts) if parts else np.zeros(0)
 
@@ -1015,18 +838,18 @@ class RowLikelihood:
         *,
         count_clipped: bool = False,
     ) -> ClippedSum:
-        """``Σ_i clip_b(∇_θ ℓ_i(θ))`` with ``b = grad_clip`` (SPEC §2), over all rows or ``rows``.
+        """``Σ_i clip_b(∇_θ ℓ_i(θ))`` with ``b = grad_clip`` (theory §2), over all rows or ``rows``.
 
         Sensitivity under substitution of one row: ``2 · grad_clip``. With
         ``count_clipped=True`` also count the rows with ``‖∇ℓ_i‖ > b`` (NOT private; counting
         in the same loop makes a call about twice as slow), else ``n_clipped`` is ``None``.
         """
         bound = self._check_bound(grad_clip, "grad_clip")
-        theta = self._as_theta(theta)
+        theta = self.space.as_theta(theta)
         total = np.zeros(self.ndim)
         clipped = 0 if count_clipped else None
         if count_clipped and self._f_grad_and_count is None:
-            self._f_grad_and_count = self._compile(*self._grad_and_count)
+            self._f_grad_and_count = self.space.compile(*self._grad_and_count)
         for chunk in self._chunks(rows, True):
             if count_clipped:
                 value, count = self._private_call(self._f_grad_and_count, theta, *chunk, bound)
@@ -1045,7 +868,7 @@ class RowLikelihood:
         *,
         count_clipped: bool = False,
     ) -> ClippedSum:
-        """``Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B)`` with ``B = llr_clip`` (SPEC §2).
+        """``Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B)`` with ``B = llr_clip`` (theory §2).
 
         ``B`` is the absolute bound; the mechanisms pass ``b_l · ‖θ' − θ‖₂``.
         Sensitivity under substitution of one row: ``2B``. With ``count_clipped=True`` also
@@ -1053,17 +876,15 @@ class RowLikelihood:
         ``None``.
         """
         bound = self._check_bound(llr_clip, "llr_clip")
-        theta, theta_new = self._as_theta(theta), self._as_theta(theta_new)
+        theta, theta_new = self.space.as_theta(theta), self.space.as_theta(theta_new)
         if rows is None:
             # Over all rows, a Metropolis chain asks for the ratio from the current state, which
             # was the previous proposal or its origin: keep the last two per-row vectors, so an
             # iteration evaluates the likelihood once instead of twice.
             current = self._cached_loglik(theta)
             ratio = self._cached_loglik(theta_new) - current
-            over = int(np.sum(np.abs(ratio) > bound)) if count_clipped else None
-            # An undefined ratio (both terms infinite) counts as −B: bounded, against the move.
-            ratio = np.clip(np.where(np.isnan(ratio), -bound, ratio), -bound, bound)
-            return ClippedSum(float(ratio.sum()), over)
+            over = releases.count_clipped(ratio, bound) if count_clipped else None
+            return ClippedSum(float(releases.clip_ratio(ratio, bound).sum()), over)
         total = 0.0
         clipped = 0
         for chunk in self._chunks(rows, True):
@@ -1085,7 +906,7 @@ class RowLikelihood:
         self, theta: np.ndarray, rows: np.ndarray | slice | None = None, *, _count: bool = True
     ) -> np.ndarray:
         """Unclipped ``Σ_i ∇_θ ℓ_i(θ)``. Not private; for tests and diagnostics."""
-        theta = self._as_theta(theta)
+        theta = self.space.as_theta(theta)
         total = np.zeros(self.ndim)
         for chunk in self._chunks(rows, _count):
             total += self._private_call(
@@ -1095,7 +916,7 @@ class RowLikelihood:
 
     def grad_rows(self, theta: np.ndarray, rows: np.ndarray | slice | None = None) -> np.ndarray:
         """Per-row gradients as an ``(m, d)`` matrix. Not private; for tests and diagnostics."""
-        theta = self._as_theta(theta)
+        theta = self.space.as_theta(theta)
         fn = self._grad_rows_fn()
         parts = [self._private_call(fn, theta, *chunk) for chunk in self._chunks(rows, True)]
         return np.concatenate(parts) if parts else np.zeros((0, self.ndim))
@@ -1107,24 +928,15 @@ class RowLikelihood:
         if self._f_grad_rows is None:
             m = self._grad_inputs[0].shape[0]
             cols = []
-            for v, sl, _ in self._slices:
+            for v, sl, _ in self.space.slices:
                 if v in self._grad_blocks:
                     cols.append(self._grad_blocks[v])
                 else:
                     cols.append(pt.zeros((m, sl.stop - sl.start), dtype=pytensor.config.floatX))
-            self._f_grad_rows = self._compile(
-                [self._theta, *self._grad_inputs], pt.concatenate(cols, axis=1)
+            self._f_grad_rows = self.space.compile(
+                [self.space.theta, *self._grad_inputs], pt.concatenate(cols, axis=1)
             )
         return self._f_grad_rows
-
-    def _as_theta(self, theta: np.ndarray) -> np.ndarray:
-        theta = np.asarray(theta, dtype=pytensor.config.floatX)
-        if theta.shape != (self.ndim,):
-            raise InvalidParameterError(
-                f"theta has shape {theta.shape}; expected ({self.ndim},), the raveled "
-                f"unconstrained parameters {[v.name for v in self.value_vars]}."
-            )
-        return theta
 
     @staticmethod
     def _check_bound(value: float, name: str) -> np.ndarray:

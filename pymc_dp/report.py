@@ -34,7 +34,7 @@ def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[s
     """The flat ``dp_*`` record of one release: budget, mechanism, parameters, what was spent.
 
     The spend is the accountant's: ``chains · (tune + draws)`` iterations of ``μ`` each, composed
-    exactly (tight Gaussian PLD, SPEC §3); ε is reported at the budget's δ.
+    exactly (tight Gaussian PLD, theory §3); ε is reported at the budget's δ.
     """
     budget = step.budget
     iterations = int(tune) + int(draws)
@@ -44,7 +44,7 @@ def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[s
     if mu_per_iteration is not None:
         mu_spent = total * float(mu_per_iteration)
         meta.update(
-            dp_accountant="tight Gaussian PLD composition (pymc_dp.accounting, SPEC §3)",
+            dp_accountant="tight Gaussian PLD composition (pymc_dp.accounting, docs/theory.md §3)",
             dp_mu_per_iteration=float(mu_per_iteration),
             dp_mu_spent=mu_spent,
             dp_epsilon_spent=float(gaussian_epsilon(budget.delta, mu_spent)) if mu_spent else 0.0,
@@ -52,7 +52,8 @@ def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[s
     else:
         meta.update(
             dp_accountant=(
-                f"{step.cost.accountant}: {step.cost.describe()} (pymc_dp.accounting, SPEC §3)"
+                f"{step.cost.accountant}: {step.cost.describe()} "
+                "(pymc_dp.accounting, docs/theory.md §3)"
             ),
             dp_epsilon_spent=float(step.cost.epsilon(budget.delta, total)) if total else 0.0,
         )
@@ -160,13 +161,13 @@ def _verify_groups(idata: az.InferenceData, step: Any) -> None:
         "another sampler, such as NUTS, that reads the raw data without noise and stores exact "
         "log-densities. Sample with step=<the DP step> alone (pymc_dp.sample).",
     )
-    model = step.oracle.model
+    model = step.model
     if model is None:
         raise InvalidParameterError(
             "This step is a copy without its model (it was pickled). Call "
             "attach_privacy_metadata with the step object built in this session."
         )
-    step.oracle.check_deterministics()
+    step.check_deterministics()
     known = {rv.name for rv in model.free_RVs}
     known |= {v.name for v in model.value_vars}
     known |= {d.name for d in model.deterministics}

@@ -18,69 +18,17 @@ What plain ``pm.sample(step=dp_step)`` does with the private data, and what this
 
 from __future__ import annotations
 
-import math
-from numbers import Integral, Real
 from typing import Any
 
 import arviz as az
 import pymc as pm
 
-from pymc_dp.errors import BudgetExceededError, InvalidParameterError, PrivacyLeakError
+from pymc_dp.errors import InvalidParameterError, PrivacyLeakError
+from pymc_dp.planning import plan_iterations
 from pymc_dp.report import attach_privacy_metadata
 from pymc_dp.step_methods.base import DPStep
 
 __all__ = ["plan_iterations", "sample"]
-
-
-def plan_iterations(
-    step: DPStep, *, chains: int = 4, tune: float | int = 0.5, draws: int | None = None
-) -> tuple[int, int]:
-    """``(tune, draws)`` per chain that fit the step's budget for ``chains`` chains.
-
-    ``tune`` is a count (int) or a fraction in ``[0, 1)`` of each chain's share of the budget;
-    ``draws=None`` takes the rest of the share. Raises :class:`BudgetExceededError` (before any
-    data is read) when the request does not fit, saying what does.
-    """
-    if isinstance(chains, bool) or not isinstance(chains, Integral) or chains < 1:
-        raise InvalidParameterError(f"chains must be a positive integer, got {chains!r}.")
-    budget = step.budget
-    per_chain = budget.iterations_per_chain(step.cost, int(chains))
-    if isinstance(tune, bool) or not isinstance(tune, Real):
-        raise InvalidParameterError(f"tune must be an int or a fraction in [0, 1), got {tune!r}.")
-    if isinstance(tune, Integral):
-        if tune < 0:
-            raise InvalidParameterError(f"tune must not be negative, got {tune}.")
-        n_tune = int(tune)
-    elif 0 <= tune < 1:
-        n_tune = math.floor(float(tune) * per_chain)
-    else:
-        raise InvalidParameterError(
-            f"tune={tune!r}: give a fraction in [0, 1) of each chain's iterations, or an int count."
-        )
-    if draws is None:
-        n_draws = per_chain - n_tune
-    elif isinstance(draws, bool) or not isinstance(draws, Integral) or draws < 1:
-        raise InvalidParameterError(f"draws must be a positive integer, got {draws!r}.")
-    else:
-        n_draws = int(draws)
-    if n_draws < 1 or n_tune + n_draws > per_chain:
-        state = budget.spent_summary()
-        if per_chain == 0:
-            raise BudgetExceededError(
-                f"{state}; nothing more fits: not one more iteration of {type(step).__name__} in "
-                f"each of {chains} chains. Use fewer chains, larger noise multipliers, or a new "
-                "budget for new data. No data was read."
-            )
-        asked = f"{n_tune} tune + {n_draws} draws" if n_draws >= 1 else f"{n_tune} tune"
-        hint = "use fewer iterations or chains, larger noise multipliers, or a larger budget"
-        if per_chain >= 2:
-            hint = f"e.g. tune={per_chain // 2}, draws={per_chain - per_chain // 2}; or {hint}"
-        raise BudgetExceededError(
-            f"{chains} chains of {asked} do not fit. {state}, and what is left allows "
-            f"{per_chain} iterations per chain for {chains} chains, tuning included: {hint}. "
-            "No data was read."
-        )
-    return n_tune, n_draws
 
 
 def sample(
@@ -124,12 +72,10 @@ def sample(
             f"step must be a pymc_dp step method (DPPenalty, DPHMC), got {type(step).__name__}."
         )
     _refuse_leaky_options(kwargs)
-    model = pm.modelcontext(model if model is not None else step.oracle.model)
-    step.oracle.check_data_unchanged()
-    step.oracle.check_deterministics()
+    model = pm.modelcontext(model if model is not None else step.model)
+    step.check_model_unchanged()
     n_tune, n_draws = plan_iterations(step, chains=chains, tune=tune, draws=draws)
-    step._planned_iterations = n_tune + n_draws
-    step._planned_tune = n_tune
+    step.plan(tune=n_tune, draws=n_draws)
     idata_kwargs = {**kwargs.pop("idata_kwargs", {}), "log_likelihood": False}
     with model:
         idata = pm.sample(

@@ -1,4 +1,4 @@
-"""Models with closed-form posteriors, reused by the tests, benchmarks and examples (SPEC §5).
+"""Models with closed-form posteriors, reused by the tests, benchmarks and examples (theory §5).
 
 The banana model of the thesis (T§5.1, Theorem 5.2): with
 ``g(x) = (x_1, x_2 − a(x_1 − m)² − b, x_3, …, x_d)`` and ``Ban(µ, Σ, a, b, m)`` the law of

@@ -1,4 +1,4 @@
-"""The tempered 2-d Gaussian of the subsampled steps' tests (SPEC §5), built once per session."""
+"""The tempered 2-d Gaussian of the subsampled steps' tests (theory §5), built once per session."""
 
 from __future__ import annotations
 

@@ -226,7 +226,7 @@ def test_potentials_on_parameters_and_public_scalars_are_fine():
         pm.Normal("y", mu, 1, observed=y)
         pm.Potential("pen", -(mu**2))
     step = penalty(model)
-    assert step.oracle.n_rows == y.size
+    assert step._channel._oracle.n_rows == y.size
 
 
 # ---------------------------------------------------------------- 2. attach_privacy_metadata
@@ -280,7 +280,7 @@ def test_attach_refuses_a_hand_made_log_likelihood_group():
     step = penalty(normal_mean_model(), epsilon=5.0)
     idata = pymc_dp.sample(step, chains=1, tune=0, cores=1, random_seed=1, **quiet())
     chains, draws = idata.posterior.sizes["chain"], idata.posterior.sizes["draw"]
-    values = np.zeros((chains, draws, step.oracle.n_rows))
+    values = np.zeros((chains, draws, step._channel._oracle.n_rows))
     add_group(idata, "log_likelihood", xr.Dataset({"y": (("chain", "draw", "y_dim_0"), values)}))
     with pytest.raises(PrivacyLeakError, match="log_likelihood"):
         pymc_dp.attach_privacy_metadata(idata, step)
@@ -420,7 +420,7 @@ def test_an_error_on_the_private_data_comes_back_without_its_text():
         raise ValueError("Inputs values: [array([0.123456, 1.234567])]")  # a data-bearing text
 
     with pytest.raises(pymc_dp.PrivateEvaluationError) as info:
-        step.oracle._private_call(failing)
+        step._channel._oracle._private_call(failing)
     err = info.value
     assert "'y'" in str(err) and "ValueError" in str(err) and "0.123456" not in str(err)
     assert err.__cause__ is None and err.__context__ is None
@@ -430,21 +430,20 @@ def test_a_proposal_outside_the_support_is_rejected_without_reading_data():
     """Audit 8 (mechanism): sd_y = exp(-1000) underflows to 0, so the likelihood's parameter
     check ``sigma > 0`` fails for every dataset. The ratio release is then -inf (a rejection),
     decided without reading any row and without counting a release."""
-    from pymc_dp.mechanisms import NoiseSource, ReleaseCounter, release_llr
+    from pymc_dp.mechanisms import LLRRelease, PrivateChannel
+    from pymc_dp.noise import NoiseSource
 
     step = penalty(location_scale_model(n=300))
-    oracle = step.oracle
-    theta = oracle.ravel(oracle.model.initial_point())
+    oracle = step._channel._oracle
+    theta = oracle.space.ravel(oracle.model.initial_point())
     far = theta.copy()
-    far[[v.name for v, _, _ in oracle._slices].index("sd_y_log__")] = -1000.0
-    assert oracle.in_support(theta) and not oracle.in_support(far)
-    assert oracle.failed_checks(far) == ["sigma > 0"]
-    calls, counter = oracle.calls, ReleaseCounter()
-    released = release_llr(
-        oracle, NoiseSource(0), theta, far, llr_clip=1.0, noise_multiplier=5.0, counter=counter
-    )
+    far[[v.name for v, _, _ in oracle.space.slices].index("sd_y_log__")] = -1000.0
+    assert oracle.space.in_support(theta) and not oracle.space.in_support(far)
+    assert oracle.space.failed_checks(far) == ["sigma > 0"]
+    calls, channel = oracle.calls, PrivateChannel(oracle, NoiseSource(0))
+    released = LLRRelease(channel, llr_clip=1.0, noise_multiplier=5.0)(theta, far)
     assert released.value == -np.inf and released.noise_std == 0.0
-    assert oracle.calls == calls and counter.llr_releases == 0
+    assert oracle.calls == calls and channel.counter.total() == 0
 
 
 def test_two_dp_steps_with_different_budgets_cannot_share_a_run():
@@ -465,7 +464,7 @@ def test_two_dp_steps_with_different_budgets_cannot_share_a_run():
         )
         with pytest.raises(PrivacyLeakError, match="different privacy budgets"):
             pm.sample(step=[first, second], draws=5, tune=0, chains=1, cores=1, **quiet())
-    assert first.oracle.calls == 0 and second.oracle.calls == 0
+    assert first._channel._oracle.calls == 0 and second._channel._oracle.calls == 0
 
 
 # ---------------------------------------------------------------- 4. budget binding
@@ -510,27 +509,47 @@ def test_privacy_parameters_are_read_only_after_construction(kind, attr, value):
     assert getattr(step, attr) is before or getattr(step, attr) == before
 
 
+def _mechanisms(step):
+    from pymc_dp.mechanisms import Mechanism
+
+    return [value for value in vars(step).values() if isinstance(value, Mechanism)]
+
+
+@pytest.mark.parametrize("kind", ["DPPenalty", "DPHMC"])
+def test_a_step_attribute_written_behind_its_back_does_not_change_the_releases(kind):
+    """The step's own ``noise_multiplier`` attributes only describe it: the releases and the
+    cost come from its mechanisms, so writing the attribute's ``__dict__`` entry changes
+    neither what is released nor what is charged."""
+    step = _step(kind)
+    cost = step.cost
+    for key in [key for key in vars(step) if "noise_multiplier" in key]:
+        step.__dict__[key] = 1e-3
+    assert step.cost == cost
+    assert all(m.noise_multiplier > 1e-3 for m in _mechanisms(step))
+
+
 @pytest.mark.parametrize("kind", ["DPPenalty", "DPHMC"])
 def test_bypassing_read_only_noise_is_caught_against_the_reservation(kind):
     """Audit 4 (bypass): the attacker writes a smaller noise multiplier straight into
-    ``__dict__`` in the middle of a chain, after its reservation. The next release is checked
-    against what the chain reserved and stops with BudgetExceededError before reading; the
-    ledger never records more than the budget."""
+    ``__dict__`` of the step's mechanisms (which make the releases) in the middle of a chain,
+    after its reservation. The next release is checked against what the chain reserved and
+    stops with BudgetExceededError before reading; the ledger never records more than the
+    budget."""
     step = _step(kind)
-    keys = [key for key in vars(step) if "noise_multiplier" in key]
-    assert keys, f"no noise multiplier in the step's __dict__: {sorted(vars(step))}"
+    mechanisms = _mechanisms(step)
+    assert mechanisms, f"no mechanism in the step's __dict__: {sorted(vars(step))}"
     plan = step.sampling_kwargs(chains=1)
     reads_at_attack = []
 
     def attack(draw, **_):
         if draw.draw_idx == 2:
-            reads_at_attack.append(step.oracle.calls)
-            for key in keys:
-                step.__dict__[key] = 1e-3
+            reads_at_attack.append(step._channel._oracle.calls)
+            for mechanism in mechanisms:
+                mechanism.__dict__["noise_multiplier"] = 1e-3
 
-    with step.oracle.model, pytest.raises(BudgetExceededError, match="does not cover"):
+    with step.model, pytest.raises(BudgetExceededError, match="does not cover"):
         pm.sample(step=step, cores=1, callback=attack, random_seed=1, **plan, **quiet())
-    assert step.oracle.calls == reads_at_attack[0]  # nothing was read after the change
+    assert step._channel._oracle.calls == reads_at_attack[0]  # nothing was read after the change
     assert step.budget.report().spent_epsilon <= step.budget.epsilon
 
 
@@ -540,12 +559,12 @@ def test_bypassing_read_only_noise_before_sampling_is_accounted(kind):
     so a lowered multiplier is charged as such, and a run the budget cannot pay for is refused
     before any data are read."""
     step = _step(kind)
-    for key in [key for key in vars(step) if "noise_multiplier" in key]:
-        step.__dict__[key] = 1e-3
-    calls = step.oracle.calls
+    for mechanism in _mechanisms(step):
+        mechanism.__dict__["noise_multiplier"] = 1e-3
+    calls = step._channel._oracle.calls
     with pytest.raises((BudgetExceededError, pymc_dp.InvalidParameterError)):
         pymc_dp.sample(step, chains=1, tune=0, cores=1, random_seed=1, **quiet())
-    assert step.oracle.calls == calls and step.budget.report().reservations == 0
+    assert step._channel._oracle.calls == calls and step.budget.report().reservations == 0
 
 
 # ---------------------------------------------------------------- 5. plain pm.sample reservations
@@ -557,7 +576,7 @@ def test_plain_pm_sample_reserves_exactly_what_runs(cores):
     sized for exactly 2 × 70 iterations failed on the second chain (the first chain's block was
     charged in full). Each chain reserves its own tune + draws."""
     step = penalty_with_room_for(140)
-    with step.oracle.model:
+    with step.model:
         idata = pm.sample(
             step=step, draws=60, tune=10, chains=2, cores=cores, random_seed=1, **quiet()
         )
@@ -571,7 +590,7 @@ def test_plain_pm_sample_that_does_not_fit_is_charged_only_for_what_ran():
     charged for more iterations than actually ran."""
     step = penalty_with_room_for(140)
     ran = []
-    with step.oracle.model, pytest.raises(BudgetExceededError):
+    with step.model, pytest.raises(BudgetExceededError):
         pm.sample(
             step=step,
             draws=100,
@@ -618,7 +637,7 @@ def test_budget_hints_say_nothing_more_fits_once_the_budget_is_spent(how):
         elif how == "pymc_dp.sample":
             pymc_dp.sample(step, chains=2, cores=1, **quiet())
         else:
-            model = step.oracle.model
+            model = step.model
             with model:
                 fresh = pymc_dp.DPPenalty(budget=step.budget, llr_clip=5.0, noise_multiplier=5.0)
                 pm.sample(step=fresh, draws=10, tune=0, chains=1, cores=1, **quiet())
@@ -891,7 +910,7 @@ def test_ordered_logistic_with_per_row_probabilities_is_refused_quickly():
 def test_ordered_logistic_without_probabilities_builds():
     """Audit 12, the fix the message suggests: compute_p=False builds."""
     step = penalty(ordered_logistic_model(compute_p=False))
-    assert step.oracle.n_rows == 300
+    assert step._channel._oracle.n_rows == 300
 
 
 # ---------------------------------------------------------------- 13. argument checks

@@ -1,4 +1,4 @@
-"""The correction distribution V_corr of the DP Barker test (SPEC §4.4)."""
+"""The correction distribution V_corr of the DP Barker test (theory §4.4)."""
 
 from __future__ import annotations
 

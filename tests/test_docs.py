@@ -34,4 +34,4 @@ def test_docs_build_without_warnings(tmp_path):
     for page in ("index", "getting_started", "api", "reproduction", "gallery", "clipping"):
         assert (tmp_path / "html" / f"{page}.html").exists()
     api = (tmp_path / "html" / "api.html").read_text()
-    assert "DPBarker" in api and "release_llr_minibatch" in api  # docstrings were rendered
+    assert "DPBarker" in api and "MinibatchLLRRelease" in api  # docstrings were rendered

@@ -1,4 +1,4 @@
-"""The oracle agrees with PyMC and with finite differences on the model zoo (SPEC §2)."""
+"""The oracle agrees with PyMC and with finite differences on the model zoo (theory §2)."""
 
 from __future__ import annotations
 
@@ -25,12 +25,12 @@ def built(name: str, method: str) -> RowLikelihood:
 
 
 def random_theta(oracle: RowLikelihood, seed: int = 0, scale: float = 0.3) -> np.ndarray:
-    start = oracle.ravel(oracle.model.initial_point())
+    start = oracle.space.ravel(oracle.model.initial_point())
     return start + np.random.default_rng(seed).normal(0, scale, oracle.ndim)
 
 
 def pymc_point(oracle: RowLikelihood, theta: np.ndarray) -> dict:
-    return {**oracle.model.initial_point(), **oracle.unravel(theta)}
+    return {**oracle.model.initial_point(), **oracle.space.unravel(theta)}
 
 
 @pytest.mark.parametrize(("name", "method"), CASES)
@@ -46,16 +46,16 @@ def test_sums_match_pymc(name, method):
     obs_logp = model.compile_logp(vars=model.observed_RVs)(point)
     np.testing.assert_allclose(ell.sum(), obs_logp, rtol=1e-8)
     np.testing.assert_allclose(
-        ell.sum() + oracle.logprior(theta), model.compile_logp()(point), rtol=1e-8
+        ell.sum() + oracle.space.logprior(theta), model.compile_logp()(point), rtol=1e-8
     )
 
     dlogp = model.compile_dlogp()(point)  # raveled in model.value_vars order, as ours
-    grad = oracle.grad_sum(theta) + oracle.logprior_grad(theta)
+    grad = oracle.grad_sum(theta) + oracle.space.logprior_grad(theta)
     np.testing.assert_allclose(grad, dlogp, rtol=1e-8, atol=1e-8)
     # the unclipped sum is the clipped sum with an infinite bound
     np.testing.assert_allclose(
         oracle.clipped_grad_sum(theta, np.inf).value,
-        grad - oracle.logprior_grad(theta),
+        grad - oracle.space.logprior_grad(theta),
         rtol=1e-8,
         atol=1e-8,
     )
@@ -189,7 +189,7 @@ def test_hyperpriors_are_not_in_the_likelihood():
     theta = random_theta(oracle, seed=17)
     per_row = oracle.grad_rows(theta)
     names = [v.name for v in oracle.value_vars]
-    point = oracle.unravel(np.arange(oracle.ndim, dtype=float))
+    point = oracle.space.unravel(np.arange(oracle.ndim, dtype=float))
     for hyper in ("mu_a", "sigma_a_log__"):
         assert hyper in names
         cols = np.atleast_1d(point[hyper]).astype(int)
@@ -202,9 +202,9 @@ def test_vars_subset_holds_the_rest_fixed():
     assert [v.name for v in oracle.value_vars] == ["a", "b"]
     point = {**model.initial_point(), "a": 0.3, "b": 1.5, "sigma_log__": np.log(0.7)}
     oracle.set_fixed_values(point)
-    theta = oracle.ravel(point)
+    theta = oracle.space.ravel(point)
     np.testing.assert_allclose(
-        oracle.grad_sum(theta) + oracle.logprior_grad(theta),
+        oracle.grad_sum(theta) + oracle.space.logprior_grad(theta),
         model.compile_dlogp(vars=[model["a"], model["b"]])(point),
         rtol=1e-8,
     )
@@ -217,7 +217,7 @@ def test_oracle_pickles():
     np.testing.assert_allclose(
         copy.clipped_grad_sum(theta, 1.0).value, oracle.clipped_grad_sum(theta, 1.0).value
     )
-    assert copy.logprior(theta) == oracle.logprior(theta)
+    assert copy.space.logprior(theta) == oracle.space.logprior(theta)
 
 
 def test_explicit_row_data_matches_auto_detection():

@@ -119,7 +119,7 @@ def test_potential_on_parameters_only_is_fine():
         pm.Potential("prior", -0.5 * mu**2)
         pm.Normal("y", mu, observed=Y)
     oracle = RowLikelihood(model)
-    assert oracle.logprior(np.array([2.0])) == pytest.approx(-2.0)
+    assert oracle.space.logprior(np.array([2.0])) == pytest.approx(-2.0)
 
 
 def test_cross_row_statistic_couples_rows():

@@ -1,4 +1,4 @@
-"""Sensitivity of the clipped sums under substitution of one row (SPEC §1–§2).
+"""Sensitivity of the clipped sums under substitution of one row (theory §1–§2).
 
 For neighbouring data sets ``X ~ X'`` (one row substituted, extreme rows included), the clipped
 gradient sum moves by at most ``2 b_g`` and the clipped log-likelihood-ratio sum by at most ``2B``.

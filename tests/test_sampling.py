@@ -88,11 +88,11 @@ def test_round_trip_through_zarr_on_arviz_1(tmp_path):
 def test_too_many_draws_raise_before_any_data_is_read():
     model = SPEC.model(data())
     step = penalty_step(model, epsilon=5.0)
-    before = step.oracle.calls
+    before = step._channel._oracle.calls
     allowed = step.budget.iterations_per_chain(step.cost, 2)
     with pytest.raises(BudgetExceededError, match=rf"allows {allowed} iterations per chain"):
         pymc_dp.sample(step, chains=2, tune=10, draws=allowed, cores=1, **quiet())
-    assert step.oracle.calls == before
+    assert step._channel._oracle.calls == before
     assert step.budget.report().reservations == 0
 
 
@@ -169,10 +169,10 @@ def test_deterministics_that_read_row_data_are_refused():
 )
 def test_leaky_or_bad_options_are_refused(kwargs, error, message):
     step = penalty_step(SPEC.model(data()))
-    before = step.oracle.calls
+    before = step._channel._oracle.calls
     with pytest.raises(error, match=message):
         pymc_dp.sample(step, **{"cores": 1, **quiet(), **kwargs})
-    assert step.oracle.calls == before and step.budget.report().reservations == 0
+    assert step._channel._oracle.calls == before and step.budget.report().reservations == 0
 
 
 def test_plain_pm_sample_can_be_labelled_in_one_call(capsys):
@@ -205,7 +205,8 @@ def test_nonprivate_diagnostics_are_opt_in_and_loud(method, capsys):
     model = SPEC.model(data())
     mean, var = SPEC.posterior_params(data())
     budget = pymc_dp.PrivacyBudget(epsilon=20.0, delta=1e-6)
-    with model:
+    loud = pytest.warns(pymc_dp.PrivacyWarning, match="NOT differentially private")
+    with model, loud:
         if method == "DPPenalty":
             # llr_clip 0.5: some ratios are clipped
             step = pymc_dp.DPPenalty(

@@ -1,4 +1,4 @@
-"""Fit the correction distribution ``V_corr`` of the DP Barker test (SPEC §4.4).
+"""Fit the correction distribution ``V_corr`` of the DP Barker test (theory §4.4).
 
 Barker's acceptance test accepts iff ``λ + V > 0`` with ``V ~ Logistic(0, 1)``. The DP
 Barker sampler already has Gaussian noise ``N(0, C)`` in ``λ`` and adds an independent
@@ -232,7 +232,7 @@ def main(argv=None):
     payload = {
         "description": (
             "Symmetric Gaussian mixtures V_corr with N(0, C) + V_corr ≈ Logistic(0, 1) for the"
-            " DP Barker test (SPEC §4.4). cdf_error is max |F(x) − expit(x)| over error_grid,"
+            " DP Barker test (theory §4.4). cdf_error is max |F(x) − expit(x)| over error_grid,"
             " F the CDF of N(0, C) + V_corr."
         ),
         "generated_by": "docs/scripts/fit_barker_correction.py",

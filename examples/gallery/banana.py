@@ -1,4 +1,4 @@
-"""Gallery: the seeds' banana posteriors (SPEC §5, thesis Table 5.1) with every DP step.
+"""Gallery: the seeds' banana posteriors (theory §5, thesis Table 5.1) with every DP step.
 
 θ ~ Ban(0, σ0² I, a) with σ0² = 1000 (a flat parameter plus the banana prior as a data-free
 potential), x_i1 ~ N(θ1, 20), x_i2 ~ N(θ2 + a θ1², 2.5), x_ij ~ N(θj, 1) for j > 2. Variants:

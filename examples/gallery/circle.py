@@ -1,4 +1,4 @@
-"""Gallery: the circle (SPEC §5) with every full-data DP step.
+"""Gallery: the circle (theory §5) with every full-data DP step.
 
 A flat prior on (x, y) and ``log p(r_i | x, y) = −a (x² + y² − r_i²)²`` with a = 1e-5 and
 r_i ~ N(3, 1), n = 100 000: the posterior is a ring, its mean the origin. There is no

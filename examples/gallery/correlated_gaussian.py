@@ -1,4 +1,4 @@
-"""Gallery: the highly correlated 2-d Gaussian (SPEC §5) with every full-data DP step.
+"""Gallery: the highly correlated 2-d Gaussian (theory §5) with every full-data DP step.
 
 θ ~ N(0, 100 I), x_i ~ N(θ, [[1, 0.999], [0.999, 1]]) (one bivariate normal per row),
 n = 200 000. The posterior is a needle along the diagonal; the seeds found DP HMC clearly

@@ -1,4 +1,4 @@
-"""Gallery: Gaussian with known covariance (SPEC §5), 2-d and 30-d, with every full-data DP step.
+"""Gallery: Gaussian with known covariance (theory §5), 2-d and 30-d, with every full-data DP step.
 
 θ ~ N(0, 1000 I), x_i ~ N(θ, diag(20, 2.5, 1, …, 1)): the posterior is Gaussian in closed form.
 Variants: 2-d (n = 100 000) and the seeds' high-dimensional 30-d Gaussian (n = 200 000), where

@@ -1,4 +1,4 @@
-"""Privacy accounting (SPEC §3): tight Gaussian composition, zCDP, RDP, subsampling, budgets.
+"""Privacy accounting (theory §3): tight Gaussian composition, zCDP, RDP, subsampling, budgets.
 
 Public entry points
 -------------------
@@ -6,7 +6,9 @@ Public entry points
     The (ε, δ) budget a user creates; counts iterations, enforces reservations through an
     SQLite :class:`Ledger` and reports spending.
 :class:`GaussianCost`, :class:`SubsampledGaussianCost`, :class:`BarkerCost`
-    What one iteration of a sampler releases.
+    What one release of a mechanism costs (atomic costs).
+:func:`compose`, :class:`SelfComposedCost`, :class:`ComposedCost`
+    What one iteration of a sampler releases, composed from the costs of its mechanisms.
 :func:`gaussian_delta`, :func:`gaussian_epsilon`, :func:`gaussian_capacity`
     The tight (ε, δ) curve of a composition of Gaussian mechanisms.
 :func:`zcdp_capacity`, :func:`zcdp_epsilon`, :func:`zcdp_iterations`
@@ -20,10 +22,13 @@ See ``docs/accounting.md`` for the maths and the conventions.
 from pymc_dp.accounting.budget import BudgetReport, PrivacyBudget
 from pymc_dp.accounting.costs import (
     BarkerCost,
+    ComposedCost,
     GaussianCost,
     PrivacyCost,
+    SelfComposedCost,
     SubsampledGaussianCost,
     as_cost,
+    compose,
     compose_epsilon,
     composition_fits,
     max_iterations,
@@ -54,17 +59,20 @@ from pymc_dp.accounting.zcdp import zcdp_capacity, zcdp_epsilon, zcdp_iterations
 __all__ = [
     "BarkerCost",
     "BudgetReport",
+    "ComposedCost",
     "GaussianCost",
     "Ledger",
     "LedgerEntry",
     "PrivacyBudget",
     "PrivacyCost",
     "Reservation",
+    "SelfComposedCost",
     "SubsampledGaussianCost",
     "as_cost",
     "barker_base_rdp",
     "barker_epsilon",
     "barker_rdp",
+    "compose",
     "compose_epsilon",
     "composition_fits",
     "gaussian_capacity",

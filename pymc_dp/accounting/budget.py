@@ -1,4 +1,4 @@
-"""``PrivacyBudget``: the (ε, δ) budget a user creates, backed by a privacy ledger (SPEC §3).
+"""``PrivacyBudget``: the (ε, δ) budget a user creates, backed by a privacy ledger (theory §3).
 
 A budget answers "how many iterations may I run?" (:meth:`PrivacyBudget.iterations`,
 :meth:`PrivacyBudget.iterations_per_chain`), enforces it (:meth:`PrivacyBudget.reserve`, atomic
@@ -6,7 +6,7 @@ across processes through the SQLite :class:`~pymc_dp.accounting.ledger.Ledger`),
 what has been spent (:meth:`PrivacyBudget.report`).
 
 Every chain reads the same data, so the chains of one run — and every run on the same dataset
-that shares a ledger — compose: the budget is for all of them together (SPEC §1). Tuning
+that shares a ledger — compose: the budget is for all of them together (theory §1). Tuning
 iterations release states like any other and count in full.
 
 By default a budget creates a private temporary ledger, which lives as long as the budget
@@ -71,7 +71,7 @@ class BudgetReport:
     method : str
         How the reservations were composed: ``"gaussian"``, ``"pld"`` or ``"rdp"``.
     capacity_mu : float
-        Total Gaussian PLD parameter ``M*`` the budget allows (SPEC §3).
+        Total Gaussian PLD parameter ``M*`` the budget allows (theory §3).
     spent_mu : float or None
         Total PLD parameter reserved, if every reservation is Gaussian; else ``None``.
     remaining_mu : float or None
@@ -115,7 +115,7 @@ class PrivacyBudget:
     epsilon : float
         ε > 0 (finite).
     delta : float
-        δ in ``(0, 1)``; SPEC §5 uses ``0.1 / n``.
+        δ in ``(0, 1)``; theory §5 uses ``0.1 / n``.
     ledger : str or os.PathLike, optional
         Ledger file shared by every analysis of the dataset (created if missing). Default: a
         private temporary ledger created with the budget (enough for the chains of one
@@ -256,7 +256,7 @@ class PrivacyBudget:
 
     @property
     def capacity_mu(self) -> float:
-        """Total Gaussian PLD parameter ``M*`` the whole budget allows (SPEC §3)."""
+        """Total Gaussian PLD parameter ``M*`` the whole budget allows (theory §3)."""
         return float(gaussian_capacity(self._epsilon, self._delta))
 
     def __repr__(self) -> str:
@@ -289,7 +289,7 @@ class PrivacyBudget:
     def iterations(self, cost: PrivacyCost | float) -> int:
         """Iterations of ``cost`` that still fit in the budget (over all chains together).
 
-        Gaussian costs: the closed form ``⌊(M* - M_spent)/μ⌋`` (SPEC §3), checked against the δ
+        Gaussian costs: the closed form ``⌊(M* - M_spent)/μ⌋`` (theory §3), checked against the δ
         formula so that it never overshoots. Other costs: bisection on the count (thesis
         Algorithm 2) over the composition with everything already reserved.
 

@@ -1,4 +1,4 @@
-"""Tight (ε, δ) accounting for adaptive compositions of Gaussian mechanisms (SPEC §3).
+"""Tight (ε, δ) accounting for adaptive compositions of Gaussian mechanisms (theory §3).
 
 Any adaptive composition of Gaussian mechanisms with PLD parameters ``μ_j`` has privacy loss
 distribution ``N(M, 2M)`` with ``M = Σ_j μ_j`` (Sommer, Meiser, Mohammadi 2019; thesis
@@ -9,7 +9,7 @@ distribution ``N(M, 2M)`` with ``M = Σ_j μ_j`` (Sommer, Meiser, Mohammadi 2019
 
     δ(ε; M) = Φ(-ε/s + s/2) - e^{ε} Φ(-ε/s - s/2),\\qquad s = \\sqrt{2M},
 
-which equals ``½ [erfc((ε - M)/(2√M)) - e^ε erfc((ε + M)/(2√M))]`` (SPEC §3) and is the
+which equals ``½ [erfc((ε - M)/(2√M)) - e^ε erfc((ε + M)/(2√M))]`` (theory §3) and is the
 (ε, δ) curve of ``s``-Gaussian differential privacy.
 
 Numerics
@@ -115,7 +115,7 @@ def _log_delta_array(eps: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 
 def gaussian_log_delta(epsilon: float | np.ndarray, mu: float | np.ndarray) -> float | np.ndarray:
-    """Natural logarithm of the tight δ(ε) of a Gaussian PLD ``N(mu, 2 mu)`` (SPEC §3).
+    """Natural logarithm of the tight δ(ε) of a Gaussian PLD ``N(mu, 2 mu)`` (theory §3).
 
     Parameters
     ----------
@@ -141,7 +141,7 @@ def gaussian_log_delta(epsilon: float | np.ndarray, mu: float | np.ndarray) -> f
 
 
 def gaussian_delta(epsilon: float | np.ndarray, mu: float | np.ndarray) -> float | np.ndarray:
-    """Tight δ(ε) of an adaptive composition of Gaussian mechanisms (SPEC §3).
+    """Tight δ(ε) of an adaptive composition of Gaussian mechanisms (theory §3).
 
     Implements ``δ(ε) = Φ(-ε/s + s/2) - e^ε Φ(-ε/s - s/2)``, ``s = √(2 mu)`` (thesis Thm 2.11
     (3); paper Thm 2.4) without overflow for large ε and without catastrophic cancellation.
@@ -203,7 +203,7 @@ def _epsilon_scalar(delta: float, m: float) -> float:
 
 
 def gaussian_epsilon(delta: float | np.ndarray, mu: float | np.ndarray) -> float | np.ndarray:
-    """Smallest ε with ``δ(ε; mu) ≤ delta`` for a Gaussian PLD ``N(mu, 2 mu)`` (SPEC §3).
+    """Smallest ε with ``δ(ε; mu) ≤ delta`` for a Gaussian PLD ``N(mu, 2 mu)`` (theory §3).
 
     Parameters
     ----------
@@ -273,7 +273,7 @@ def _capacity_scalar(epsilon: float, delta: float) -> float:
 
 
 def gaussian_capacity(epsilon: float | np.ndarray, delta: float | np.ndarray) -> float | np.ndarray:
-    """Largest total PLD parameter ``M*`` with ``δ(epsilon; M*) ≤ delta`` (SPEC §3).
+    """Largest total PLD parameter ``M*`` with ``δ(epsilon; M*) ≤ delta`` (theory §3).
 
     A sampler whose iterations each cost ``μ`` may run ``⌊M*/μ⌋`` iterations in total over all
     chains (thesis Algorithm 2 gives the same count by bisection).
@@ -314,7 +314,7 @@ def gaussian_capacity(epsilon: float | np.ndarray, delta: float | np.ndarray) ->
 def gaussian_iterations(epsilon: float, delta: float, mu: float, *, spent_mu: float = 0.0) -> int:
     """Number of iterations of per-iteration cost ``mu`` that fit in an (ε, δ) budget.
 
-    Returns the largest integer ``k ≥ 0`` with ``δ(ε; spent_mu + k·mu) ≤ δ`` (SPEC §3,
+    Returns the largest integer ``k ≥ 0`` with ``δ(ε; spent_mu + k·mu) ≤ δ`` (theory §3,
     ``k = ⌊(M* - spent)/μ⌋``), checked against the δ formula so that float rounding in
     ``M*/μ`` can never make the count overshoot.
 

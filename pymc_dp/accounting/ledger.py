@@ -396,40 +396,57 @@ def _open_ledger(path: str, timeout: float) -> Ledger:
     return Ledger(path, timeout=timeout)
 
 
+def _entry_field(name: str, doc: str) -> property:
+    """A read-only property reading ``name`` from the reservation's :class:`LedgerEntry`."""
+
+    def get(self: Reservation) -> Any:
+        return getattr(self.entry, name)
+
+    return property(get, doc=doc)
+
+
 @dataclasses.dataclass
 class Reservation:
     """Iterations reserved on a ledger, returned by :meth:`PrivacyBudget.reserve`.
 
     The budget counts all ``iterations`` from the moment the reservation exists;
-    :meth:`spend` only records progress for reporting. Pickles (it holds the ledger path).
+    :meth:`spend` only records progress for reporting. Pickles (it holds the ledger path and
+    the recorded :class:`LedgerEntry`).
 
     Attributes
     ----------
-    id : int
-        Row id in the ledger.
-    iterations : int
-        Iterations reserved.
+    entry : LedgerEntry
+        The reservation as recorded in the ledger; ``id``, ``dataset``, ``mechanism``,
+        ``chain``, ``chains``, ``iterations``, ``cost``, ``epsilon_total``, ``method`` and
+        ``created`` read from it.
+    ledger_path : str
+        Ledger file.
     spent : int
         Iterations recorded as run so far (in this process).
-    epsilon_total : float
-        ε (at the dataset's δ) of all reservations on the dataset up to and including this one.
+    timeout : float
+        Seconds to wait for the ledger's write lock when recording progress.
     """
 
-    id: int
+    entry: LedgerEntry
     ledger_path: str
-    dataset: str
-    mechanism: str
-    chain: int | None
-    chains: int
-    iterations: int
-    cost: PrivacyCost
-    epsilon_total: float
-    method: str
-    created: str
     spent: int = 0
     timeout: float = 60.0
     _last_flush: float = dataclasses.field(default=0.0, repr=False, compare=False)
     _flushed: int = dataclasses.field(default=0, repr=False, compare=False)
+
+    id = _entry_field("id", "Row id in the ledger.")
+    dataset = _entry_field("dataset", "Dataset name in the ledger.")
+    mechanism = _entry_field("mechanism", "Name of the step method that reserved.")
+    chain = _entry_field("chain", "Chain id, when one chain reserved for itself.")
+    chains = _entry_field("chains", "Number of chains the reservation covers.")
+    iterations = _entry_field("iterations", "Iterations reserved.")
+    cost = _entry_field("cost", "Per-iteration cost.")
+    epsilon_total = _entry_field(
+        "epsilon_total",
+        "ε (at the dataset's δ) of all reservations on the dataset up to and including this one.",
+    )
+    method = _entry_field("method", "How the reservations were composed (gaussian, pld, rdp).")
+    created = _entry_field("created", "Time of the reservation (UTC, ISO 8601).")
 
     @property
     def remaining(self) -> int:
@@ -470,17 +487,4 @@ class Reservation:
 
     @classmethod
     def _from_entry(cls, entry: LedgerEntry, ledger: Ledger) -> Reservation:
-        return cls(
-            id=entry.id,
-            ledger_path=ledger.path,
-            dataset=entry.dataset,
-            mechanism=entry.mechanism,
-            chain=entry.chain,
-            chains=entry.chains,
-            iterations=entry.iterations,
-            cost=entry.cost,
-            epsilon_total=entry.epsilon_total,
-            method=entry.method,
-            created=entry.created,
-            timeout=ledger.timeout,
-        )
+        return cls(entry=entry, ledger_path=ledger.path, timeout=ledger.timeout)

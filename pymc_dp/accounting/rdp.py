@@ -1,11 +1,11 @@
-"""Rényi-DP accounting: RDP → (ε, δ), subsampling amplification and DP Barker (SPEC §3, §4.4).
+"""Rényi-DP accounting: RDP → (ε, δ), subsampling amplification and DP Barker (theory §3, §4.4).
 
 Three pieces, each a formula from the literature:
 
 * :func:`rdp_to_epsilon` — RDP → (ε, δ) with the improved conversion of Canonne, Kamath &
   Steinke (2020, Prop. 12) / Asoodeh et al. (2020) / Balle et al. (2020):
   ``ε = ε_RDP(α) + ln((α-1)/α) - (ln δ + ln α)/(α - 1)``. It is never larger than the classic
-  ``ε_RDP(α) + ln(1/δ)/(α - 1)`` (thesis Thm 2.5; SPEC §3), because
+  ``ε_RDP(α) + ln(1/δ)/(α - 1)`` (thesis Thm 2.5; theory §3), because
   ``ln((α-1)/α) < 0`` and ``ln α/(α-1) > 0`` for every ``α > 1``. Both are minimised over the
   supplied orders.
 * :func:`wbk_subsampled_rdp` — amplification by subsampling *without replacement* under the
@@ -18,8 +18,8 @@ Three pieces, each a formula from the literature:
   evaluated in log space (the terms overflow doubles for large ``α``). We also take the minimum
   with the unamplified ``ε'(α)``, which is valid by joint convexity of ``e^{(α-1) D_α}``.
 * :func:`barker_base_rdp` / :func:`barker_rdp` — DP Barker (Heikkilä et al. 2019; thesis Thm 3.3,
-  SPEC §4.4). One iteration on a batch of ``b`` rows, with the log-likelihood-ratio clip of
-  SPEC §4.4 and total normal variance ``C = 2``, is ``(α, ε'(α))``-RDP for integers
+  theory §4.4). One iteration on a batch of ``b`` rows, with the log-likelihood-ratio clip of
+  theory §4.4 and total normal variance ``C = 2``, is ``(α, ε'(α))``-RDP for integers
   ``2 < α < b/5`` with ``ε'(α) = 5/(2b) + ln(2b/(b - 5α))/(2(α - 1)) + 2α/(b - 5α)``.
 
 Monotone envelope (a deliberate, sound deviation)
@@ -82,7 +82,7 @@ def rdp_to_epsilon(
     *,
     method: str = "improved",
 ) -> tuple[float, float]:
-    """Convert an RDP curve to (ε, δ)-DP, minimising over the orders (SPEC §3).
+    """Convert an RDP curve to (ε, δ)-DP, minimising over the orders (theory §3).
 
     Parameters
     ----------
@@ -230,7 +230,7 @@ def barker_orders(batch_size: int, max_order: int = BARKER_MAX_ORDER) -> np.ndar
 
 
 def barker_base_rdp(alpha: float | np.ndarray, batch_size: int) -> float | np.ndarray:
-    """Per-iteration RDP of DP Barker before subsampling (thesis Thm 3.3; SPEC §4.4).
+    """Per-iteration RDP of DP Barker before subsampling (thesis Thm 3.3; theory §4.4).
 
     ``ε'(α) = 5/(2b) + ln(2b/(b - 5α))/(2(α - 1)) + 2α/(b - 5α)`` for ``1 < α < b/5``
     (proved for integers ``2 < α < b/5``; ``inf`` where ``5α ≥ b``).
@@ -282,7 +282,7 @@ def _barker_curve(
 def barker_rdp(
     batch_size: int, n: int, *, max_order: int = BARKER_MAX_ORDER, envelope: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
-    """RDP curve of one DP Barker iteration, subsampling included (thesis Thm 3.3; SPEC §4.4).
+    """RDP curve of one DP Barker iteration, subsampling included (thesis Thm 3.3; theory §4.4).
 
     Parameters
     ----------
@@ -310,7 +310,7 @@ def barker_rdp(
 def barker_epsilon(
     iterations: int, batch_size: int, n: int, delta: float, *, envelope: bool = True
 ) -> float:
-    """ε at ``delta`` of ``iterations`` DP Barker iterations (SPEC §4.4; improved conversion).
+    """ε at ``delta`` of ``iterations`` DP Barker iterations (theory §4.4; improved conversion).
 
     Parameters
     ----------

@@ -1,11 +1,11 @@
-"""PLD accounting for the subsampled Gaussian mechanism (SPEC §3, §4.2, §4.5).
+"""PLD accounting for the subsampled Gaussian mechanism (theory §3, §4.2, §4.5).
 
 Setting
 -------
 Each iteration draws a batch of ``b`` rows uniformly *without replacement* from the ``n`` rows
 (``q = b/n``), evaluates a query on the batch whose **substitute-relation** sensitivity is
-``Δ`` and adds ``N(0, σ²)`` noise; ``z = σ/Δ`` is our noise multiplier (SPEC §2). Neighbouring
-datasets differ in one row (substitute relation, SPEC §1).
+``Δ`` and adds ``N(0, σ²)`` noise; ``z = σ/Δ`` is our noise multiplier (theory §2). Neighbouring
+datasets differ in one row (substitute relation, theory §1).
 
 Which dominating pair
 ---------------------
@@ -237,12 +237,12 @@ def subsampled_gaussian_epsilon(
     *,
     discretization: float = DEFAULT_DISCRETIZATION,
 ) -> float:
-    """ε at ``delta`` after ``iterations`` subsampled-Gaussian releases (SPEC §3, §4.2).
+    """ε at ``delta`` after ``iterations`` subsampled-Gaussian releases (theory §3, §4.2).
 
     Parameters
     ----------
     noise_multiplier : float
-        ``z = σ/Δ`` (substitute-relation sensitivity ``Δ``; SPEC §2).
+        ``z = σ/Δ`` (substitute-relation sensitivity ``Δ``; theory §2).
     sampling_ratio : float
         ``q = b/n``, batch drawn uniformly without replacement.
     iterations : int

@@ -1,4 +1,4 @@
-"""zCDP accounting: the looser comparator of SPEC §3 (thesis Thm 2.5, 3.1, 4.2).
+"""zCDP accounting: the looser comparator of theory §3 (thesis Thm 2.5, 3.1, 4.2).
 
 A Gaussian mechanism with PLD parameter ``μ = Δ²/(2σ²)`` is ``μ``-zCDP (Bun & Steinke 2016;
 thesis Thm 2.11 (2)), zCDP composes additively, and ``ρ``-zCDP implies
@@ -58,7 +58,7 @@ def zcdp_epsilon(rho: float | np.ndarray, delta: float | np.ndarray) -> float | 
 
 
 def zcdp_capacity(epsilon: float | np.ndarray, delta: float | np.ndarray) -> float | np.ndarray:
-    """zCDP capacity ``ρ* = (√(ε + ln 1/δ) - √(ln 1/δ))²`` of an (ε, δ) budget (SPEC §3).
+    """zCDP capacity ``ρ* = (√(ε + ln 1/δ) - √(ln 1/δ))²`` of an (ε, δ) budget (theory §3).
 
     Evaluated as ``(ε / (√(ε + L) + √L))²`` with ``L = ln(1/δ)``, which avoids the cancellation
     of the textbook form for small ε.

@@ -1,6 +1,7 @@
-"""The seeds' evaluation (SPEC §5): models, step settings, single runs and the reproduction runner.
+"""The seeds' evaluation (theory §5): models, step settings, runs and the reproduction runner.
 
-``python -m pymc_dp.experiments --help`` runs the comparison; :func:`run` is one run.
+``python -m pymc_dp.experiments --help`` runs the comparison; :func:`run` is one run. The figures
+need matplotlib, an optional extra: ``pip install -e ".[experiments]"``.
 """
 
 from pymc_dp.experiments.problems import PROBLEMS, Problem, get_problem
@@ -16,5 +17,21 @@ __all__ = [
     "build_step",
     "get_problem",
     "prepare",
+    "pyplot",
     "run",
 ]
+
+
+def pyplot():
+    """``matplotlib.pyplot`` with the non-interactive Agg backend, or a clear error."""
+    try:
+        import matplotlib
+    except ImportError:  # pragma: no cover - depends on the install
+        raise ImportError(
+            "The gallery and reproduction figures need matplotlib, an optional extra of "
+            'pymc_dp: pip install -e ".[experiments]" (or pip install matplotlib).'
+        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

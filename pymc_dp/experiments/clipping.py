@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_dp.experiments.run import prepare
-from pymc_dp.kernels.hmc import HMCParams, HMCState, hmc_kernel
-from pymc_dp.kernels.penalty import PenaltyParams, PenaltyState, penalty_kernel
-from pymc_dp.mechanisms import Release
+from pymc_dp.kernels.hmc import HMCMechanisms, HMCParams, HMCState, hmc_kernel
+from pymc_dp.kernels.penalty import PenaltyMechanisms, PenaltyParams, PenaltyState, penalty_kernel
 from pymc_dp.metrics import mmd
 from pymc_dp.oracle import RowLikelihood
+from pymc_dp.releases import Release
 
 __all__ = ["CLIP_FACTORS", "clipping_run"]
 
@@ -38,6 +38,7 @@ def clipping_run(
     """One noise-free chain with the ratio clipped at ``factor`` times the rule's bound."""
     prep = prepare(problem, n)
     oracle = RowLikelihood(prep.problem.model(prep.data))
+    space = oracle.space
     sd = prep.tuning.sd
     rng = np.random.default_rng(seed)
     theta = prep.reference[rng.integers(len(prep.reference))].copy()
@@ -53,25 +54,25 @@ def clipping_run(
     draws = []
     if sampler == "random walk":
         llr_clip = factor * prep.tuning.llr_clip_walk
-        state = PenaltyState(theta, oracle.logprior(theta), np.ones(sd.size))
+        state = PenaltyState(theta, space.logprior(theta), np.ones(sd.size))
         params = PenaltyParams(sd * 2.38 / np.sqrt(sd.size))
+        mechanisms = PenaltyMechanisms(space.logprior, lambda a, b: release(a, b, llr_clip))
         for _ in range(iterations or 3000):
-            state, _info = penalty_kernel(
-                state, params, rng, oracle.logprior, lambda a, b: release(a, b, llr_clip)
-            )
+            state, _info = penalty_kernel(state, params, rng, mechanisms)
             draws.append(state.theta)
     elif sampler == "HMC":
         llr_clip = factor * prep.tuning.llr_clip_hmc
-        state = HMCState(theta, oracle.logprior(theta))
+        state = HMCState(theta, space.logprior(theta))
 
-        def grad(x: np.ndarray) -> np.ndarray:
-            return oracle.clipped_grad_sum(x, _UNCLIPPED_GRADIENT).value + oracle.logprior_grad(x)
+        def grad(x: np.ndarray) -> Release:  # exact: no clipping, no noise
+            return Release(oracle.clipped_grad_sum(x, _UNCLIPPED_GRADIENT).value, 0.0, None)
 
+        mechanisms = HMCMechanisms(
+            space.logprior, space.logprior_grad, grad, lambda a, b: release(a, b, llr_clip)
+        )
         for _ in range(iterations or 500):
             params = HMCParams(rng.uniform(0.85, 1.15) * 1.5 / 20, 20, sd**2)
-            state, _info = hmc_kernel(
-                state, params, rng, oracle.logprior, grad, lambda a, b: release(a, b, llr_clip)
-            )
+            state, _info = hmc_kernel(state, params, rng, mechanisms)
             draws.append(state.theta)
     else:
         raise ValueError(f"sampler must be 'random walk' or 'HMC', got {sampler!r}.")

@@ -1,7 +1,7 @@
 """What every gallery script does (``examples/gallery/*.py``): sample one model with every DP step.
 
 A gallery script defines an ordinary PyMC model and calls :func:`main` with it. :func:`main`
-simulates the seeds' data set for that model (SPEC §5), checks the script's model against the
+simulates the seeds' data set for that model (theory §5), checks the script's model against the
 registry's (same log-density), and then, for every applicable DP step (settings from
 :mod:`pymc_dp.experiments.recipes`), runs :func:`pymc_dp.sample` with two chains started at
 reference posterior draws, prints ``az.summary`` and :func:`pymc_dp.privacy_report`, and saves
@@ -32,8 +32,8 @@ def _check_same_model(script_model: Any, registry_model: Any, point: np.ndarray)
     from pymc_dp.oracle import RowLikelihood
 
     mine, theirs = RowLikelihood(script_model), RowLikelihood(registry_model)
-    a = mine.loglik_rows(point).sum() + mine.logprior(point)
-    b = theirs.loglik_rows(point).sum() + theirs.logprior(point)
+    a = mine.loglik_rows(point).sum() + mine.space.logprior(point)
+    b = theirs.loglik_rows(point).sum() + theirs.space.logprior(point)
     if not np.isclose(a, b, rtol=1e-9, atol=1e-6):
         raise RuntimeError(f"the script's model differs from the registry's: logp {a} vs {b}.")
 
@@ -49,10 +49,10 @@ def main(
     keyword arguments of ``build_model(data, **kwargs)`` for it.
     """
     import arviz as az
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from pymc_dp.experiments import pyplot
+
+    plt = pyplot()
 
     import pymc_dp
     from pymc_dp._compat import trace_figure

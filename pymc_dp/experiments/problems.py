@@ -1,4 +1,4 @@
-"""The seeds' evaluation models (SPEC §5, thesis Table 5.1) with exact posterior samplers.
+"""The seeds' evaluation models (theory §5, thesis Table 5.1) with exact posterior samplers.
 
 Each :class:`Problem` simulates its data set, builds an ordinary PyMC model from it (one free
 vector ``theta``) and draws exact samples from the (tempered) posterior where a closed form
@@ -23,7 +23,7 @@ __all__ = ["PROBLEMS", "Problem", "get_problem"]
 
 @dataclass(frozen=True)
 class Problem:
-    """One evaluation model: data, PyMC model, exact posterior (SPEC §5).
+    """One evaluation model: data, PyMC model, exact posterior (theory §5).
 
     Attributes
     ----------

@@ -1,8 +1,8 @@
-"""Step settings for the evaluation models, chosen the way the seeds chose theirs (SPEC §5).
+"""Step settings for the evaluation models, chosen the way the seeds chose theirs (theory §5).
 
 The seeds tuned hyperparameters by hand at ε = 4 with the true posterior in view and clip
 bounds so that under 10 % of ratios were clipped (thesis §6.3). We automate the same,
-**non-private**, rules from a reference posterior sample and the data (SPEC §6: tuning on the
+**non-private**, rules from a reference posterior sample and the data (theory §6: tuning on the
 data costs privacy that no theorem counts; this is an evaluation, not a release recipe):
 
 * ratio clip bounds from the 80th percentile of per-row ``|r_i| / ‖θ' − θ‖`` over typical

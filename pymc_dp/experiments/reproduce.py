@@ -1,4 +1,4 @@
-"""The reproduction runner (SPEC §5): ``python -m pymc_dp.experiments``.
+"""The reproduction runner (theory §5): ``python -m pymc_dp.experiments``.
 
 Three parts, each writing CSV results and PNG figures to ``--out``:
 
@@ -227,10 +227,9 @@ def write_clipping_table(path: Path, out: Path) -> None:
 
 def plot_comparison(path: Path, out: Path) -> None:
     """One panel per model: median MMD over seeds vs ε per step (band: min–max), and the floor."""
-    import matplotlib
+    from pymc_dp.experiments import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     rows = _rows(path)
@@ -271,10 +270,9 @@ def plot_comparison(path: Path, out: Path) -> None:
 
 def plot_clipping(path: Path, out: Path) -> None:
     """MMD vs clip bound and vs the fraction of clipped ratios (thesis Figure 6.2, 2-d)."""
-    import matplotlib
+    from pymc_dp.experiments import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = _rows(path)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.0), constrained_layout=True)
@@ -335,9 +333,9 @@ def main(argv: Iterable[str] | None = None) -> None:
             (args.out / name).unlink(missing_ok=True)
     _quiet()
     if args.part in ("accounting", "all"):
-        from pymc_dp.experiments import accounting
+        from pymc_dp.experiments import accounting_comparison
 
-        accounting.main(args.out)
+        accounting_comparison.main(args.out)
     if args.part in ("clipping", "all"):
         _clipping(args)
     if args.part in ("comparison", "all"):

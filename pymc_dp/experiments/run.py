@@ -1,4 +1,4 @@
-"""One evaluation run: a model, a DP step, an ε, a seed → MMD to the exact posterior (SPEC §5).
+"""One evaluation run: a model, a DP step, an ε, a seed → MMD to the exact posterior (theory §5).
 
 As the seeds: δ = 0.1/n, the chain starts at a draw of the reference posterior (standing in for
 a cheap private point estimate), spends the whole budget without tuning, and the first half is

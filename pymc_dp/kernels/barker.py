@@ -1,4 +1,4 @@
-"""DP Barker: one iteration of SPEC §4.4 (Heikkilä, Jälkö, Dikmen & Honkela 2019; thesis Alg. 3).
+"""DP Barker: one iteration of theory §4.4 (Heikkilä, Jälkö, Dikmen & Honkela 2019; thesis Alg. 3).
 
 From ``θ``:
 
@@ -9,7 +9,8 @@ From ``θ``:
 3. it accepts iff ``λ + s + V_corr > 0`` with ``s ~ N(0, C − σ_b²)`` and ``V_corr`` the
    correction with ``N(0, C) + V_corr ≈ Logistic(0, 1)`` (Barker's test, Seita et al. 2017).
 
-Only step 2 touches data, through ``barker_test``, and releases only the accept decision.
+Only step 2 touches data, through the bound mechanism ``mechanisms.barker_test``, and releases
+only the accept decision.
 """
 
 from __future__ import annotations
@@ -19,9 +20,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pymc_dp.mechanisms import BarkerDecision
+from pymc_dp.releases import BarkerDecision
 
-__all__ = ["BarkerInfo", "BarkerState", "barker_kernel"]
+__all__ = [
+    "BarkerInfo",
+    "BarkerMechanisms",
+    "BarkerParams",
+    "BarkerState",
+    "barker_kernel",
+]
 
 
 class BarkerState(NamedTuple):
@@ -29,27 +36,38 @@ class BarkerState(NamedTuple):
     logprior: float
 
 
+class BarkerParams(NamedTuple):
+    proposal_scale: np.ndarray  # s, one per coordinate
+
+
+class BarkerMechanisms(NamedTuple):
+    """What the kernel may evaluate: the public log-prior and the bound Barker test."""
+
+    logprior: Callable[[np.ndarray], float]
+    barker_test: Callable[[np.ndarray, np.ndarray, float], BarkerDecision]
+
+
 class BarkerInfo(NamedTuple):
     accepted: bool
     jump: float
     batch_variance: float  # NOT private
-    n_clipped: int  # NOT private
+    llr_clipped: int  # NOT private
 
 
 def barker_kernel(
     state: BarkerState,
-    proposal_scale: np.ndarray,
+    params: BarkerParams,
     rng: np.random.Generator,
-    logprior: Callable[[np.ndarray], float],
-    barker_test: Callable[[np.ndarray, np.ndarray, float], BarkerDecision],
+    mechanisms: BarkerMechanisms,
 ) -> tuple[BarkerState, BarkerInfo]:
-    """One DP Barker iteration. ``rng`` draws the proposal (public)."""
-    theta_new = state.theta + proposal_scale * rng.standard_normal(state.theta.shape[0])
-    logprior_new = logprior(theta_new)
+    """One DP Barker iteration (theory §4.4). ``rng`` draws the proposal (public)."""
+    scale = params.proposal_scale
+    theta_new = state.theta + scale * rng.standard_normal(state.theta.shape[0])
+    logprior_new = mechanisms.logprior(theta_new)
     jump = float(np.linalg.norm(theta_new - state.theta))
     if not np.isfinite(logprior_new):  # outside the prior's support: reject, read nothing
         return state, BarkerInfo(False, jump, 0.0, 0)
-    decision = barker_test(state.theta, theta_new, logprior_new - state.logprior)
+    decision = mechanisms.barker_test(state.theta, theta_new, logprior_new - state.logprior)
     info = BarkerInfo(decision.accepted, jump, decision.batch_variance, decision.n_clipped)
     if decision.accepted:
         return BarkerState(theta_new, logprior_new), info

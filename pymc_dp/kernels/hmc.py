@@ -1,4 +1,4 @@
-"""DP HMC: one iteration of SPEC §4.3 (Räisä, Koskela & Honkela; thesis Algorithm 4).
+"""DP HMC: one iteration of theory §4.3 (Räisä, Koskela & Honkela; thesis Algorithm 4).
 
 From ``θ``, with step size ``η``, ``L`` leapfrog steps and diagonal mass ``M``:
 
@@ -28,9 +28,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pymc_dp.mechanisms import Release
+from pymc_dp.releases import Release
 
-__all__ = ["DIVERGENCE_THRESHOLD", "HMCInfo", "HMCParams", "HMCState", "hmc_kernel", "leapfrog"]
+__all__ = [
+    "DIVERGENCE_THRESHOLD",
+    "HMCInfo",
+    "HMCMechanisms",
+    "HMCParams",
+    "HMCState",
+    "hmc_kernel",
+    "leapfrog",
+]
 
 #: A released energy change below ``−DIVERGENCE_THRESHOLD`` counts as a divergence (as PyMC).
 DIVERGENCE_THRESHOLD = 1000.0
@@ -50,13 +58,27 @@ class HMCParams(NamedTuple):
     penalty: bool = True  # False only for the negative control in tests
 
 
+class HMCMechanisms(NamedTuple):
+    """What the kernel may evaluate: the public log-prior and its gradient, and the bound
+    gradient and ratio releases."""
+
+    logprior: Callable[[np.ndarray], float]
+    logprior_grad: Callable[[np.ndarray], np.ndarray]
+    release_grad: Callable[[np.ndarray], Release]  # θ → T·(G(θ) + N(0, σ_g² I))
+    release_llr: Callable[[np.ndarray, np.ndarray], Release]  # (θ, θ') → T·R + ξ
+
+    def noisy_grad(self, theta: np.ndarray) -> np.ndarray:
+        """``g̃(θ) = T · (G(θ) + N(0, σ_g² I)) + ∇ log p(θ)``: one gradient release."""
+        return self.release_grad(theta).value + self.logprior_grad(theta)
+
+
 class HMCInfo(NamedTuple):
     accepted: bool
     jump: float  # ‖θ' − θ‖₂ of the proposal (0 after a divergence)
     diverging: bool
     grad_releases: int  # gradient releases made (L + 1 unless the trajectory diverged)
     noise_std: float  # σ_l of the released ratio (0 if none was made)
-    llr_clipped: int | None = 0  # rows whose ratio was clipped: NOT private (diagnostics)
+    llr_clipped: int | None = 0  # NOT private; None unless the release counted it
 
 
 def leapfrog(
@@ -89,22 +111,22 @@ def hmc_kernel(
     state: HMCState,
     params: HMCParams,
     rng: np.random.Generator,
-    logprior: Callable[[np.ndarray], float],
-    noisy_grad: Callable[[np.ndarray], np.ndarray],
-    release_llr: Callable[[np.ndarray, np.ndarray], Release],
+    mechanisms: HMCMechanisms,
 ) -> tuple[HMCState, HMCInfo]:
-    """One DP-HMC iteration (SPEC §4.3). ``rng`` draws the momentum and ``U`` (public).
+    """One DP-HMC iteration (theory §4.3). ``rng`` draws the momentum and ``U`` (public).
 
-    ``noisy_grad(θ)`` must return ``g̃(θ)`` (one fresh gradient release plus the prior's
-    gradient); ``release_llr(θ, θ')`` the noisy tempered clipped ratio. Nothing else reads data.
+    ``mechanisms.release_grad(θ)`` makes one fresh gradient release (``g̃`` adds the prior's
+    gradient); ``mechanisms.release_llr(θ, θ')`` the noisy tempered clipped ratio. Nothing else
+    reads data.
     """
     inv_mass = params.inv_mass
     p0 = rng.standard_normal(state.theta.shape[0]) / np.sqrt(inv_mass)
-    theta_new, p_new, evaluations, finite = leapfrog(state.theta, p0, params, noisy_grad)
-    logprior_new = logprior(theta_new) if finite else -np.inf
+    theta_new, p_new, evaluations, finite = leapfrog(state.theta, p0, params, mechanisms.noisy_grad)
+    logprior_new = mechanisms.logprior(theta_new) if finite else -np.inf
     if not np.isfinite(logprior_new):  # diverged: reject without releasing the ratio
         return state, HMCInfo(False, 0.0, True, evaluations, 0.0)
-    released = release_llr(state.theta, theta_new)  # T·R + ξ, the only data-dependent number
+    # T·R + ξ, the only data-dependent number
+    released = mechanisms.release_llr(state.theta, theta_new)
     kinetic_change = 0.5 * np.sum(inv_mass * p0**2) - 0.5 * np.sum(inv_mass * p_new**2)
     energy_change = released.value + logprior_new - state.logprior + kinetic_change  # ΔH + ξ
     diverging = not energy_change > -DIVERGENCE_THRESHOLD  # also NaN

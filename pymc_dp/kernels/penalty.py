@@ -1,4 +1,4 @@
-"""DP penalty: one iteration of SPEC §4.1 (Yildirim & Ermis 2019; thesis T§3.1–3.2).
+"""DP penalty: one iteration of theory §4.1 (Yildirim & Ermis 2019; thesis T§3.1–3.2).
 
 From ``θ``:
 
@@ -13,7 +13,8 @@ From ``θ``:
    reject.
 
 The ``−σ²/2`` penalty makes the noisy test target the exact posterior when no ratio is clipped
-(Ceperley & Dewing 1999). Only step 3 touches data, through ``release_llr``.
+(Ceperley & Dewing 1999). Only step 3 touches data, through the bound mechanism
+``mechanisms.release_llr``; the kernel sees released numbers only.
 """
 
 from __future__ import annotations
@@ -23,9 +24,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pymc_dp.mechanisms import Release
+from pymc_dp.releases import Release
 
-__all__ = ["PenaltyInfo", "PenaltyParams", "PenaltyState", "penalty_kernel"]
+__all__ = [
+    "PenaltyInfo",
+    "PenaltyMechanisms",
+    "PenaltyParams",
+    "PenaltyState",
+    "penalty_kernel",
+]
 
 
 class PenaltyState(NamedTuple):
@@ -43,11 +50,18 @@ class PenaltyParams(NamedTuple):
     penalty: bool = True  # False only for the negative control in tests
 
 
+class PenaltyMechanisms(NamedTuple):
+    """What the kernel may evaluate: the public log-prior and the bound ratio release."""
+
+    logprior: Callable[[np.ndarray], float]
+    release_llr: Callable[[np.ndarray, np.ndarray], Release]  # (θ, θ') → T·R + ξ
+
+
 class PenaltyInfo(NamedTuple):
     accepted: bool
     jump: float  # ‖θ' − θ‖₂ of the proposal
     noise_std: float  # σ of the released ratio
-    n_clipped: int | None  # NOT private; None unless the release counted it
+    llr_clipped: int | None  # NOT private; None unless the release counted it
 
 
 def propose(
@@ -71,14 +85,14 @@ def penalty_kernel(
     state: PenaltyState,
     params: PenaltyParams,
     rng: np.random.Generator,
-    logprior: Callable[[np.ndarray], float],
-    release_llr: Callable[[np.ndarray, np.ndarray], Release],
+    mechanisms: PenaltyMechanisms,
 ) -> tuple[PenaltyState, PenaltyInfo]:
-    """One DP-penalty iteration (SPEC §4.1). ``rng`` draws proposals and ``U`` (public)."""
+    """One DP-penalty iteration (theory §4.1). ``rng`` draws proposals and ``U`` (public)."""
     theta_new, j = propose(state, params, rng)
     jump = float(np.linalg.norm(theta_new - state.theta))
-    logprior_new = logprior(theta_new)
-    released = release_llr(state.theta, theta_new)  # T·R + ξ, the only data-dependent number
+    logprior_new = mechanisms.logprior(theta_new)
+    # T·R + ξ, the only data-dependent number
+    released = mechanisms.release_llr(state.theta, theta_new)
     log_ratio = released.value + logprior_new - state.logprior
     if params.penalty:
         log_ratio -= 0.5 * released.noise_std**2

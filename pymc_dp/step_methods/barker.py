@@ -1,8 +1,7 @@
-"""``DPBarker``: the DP Barker test on secret minibatches (SPEC §4.4) as a PyMC step method."""
+"""``DPBarker``: the DP Barker test on secret minibatches (theory §4.4) as a PyMC step method."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -10,8 +9,8 @@ import numpy as np
 from pymc_dp.accounting import BarkerCost
 from pymc_dp.barker_correction import BarkerCorrection
 from pymc_dp.errors import InvalidParameterError
-from pymc_dp.kernels.barker import BarkerState, barker_kernel
-from pymc_dp.mechanisms import barker_test
+from pymc_dp.kernels.barker import BarkerMechanisms, BarkerParams, BarkerState, barker_kernel
+from pymc_dp.mechanisms import BarkerTest
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
 from pymc_dp.step_methods.base import DPStep
 from pymc_dp.step_methods.options import (
@@ -30,7 +29,7 @@ _PROVED_NORMAL_VARIANCE = 2.0
 
 
 class DPBarker(DPStep):
-    """Differentially private Barker MCMC on secret minibatches (SPEC §4.4).
+    """Differentially private Barker MCMC on secret minibatches (theory §4.4).
 
     Each iteration proposes ``θ' ~ N(θ, diag(s²))``, draws ``b`` of the ``n`` rows without
     replacement from the secret noise generator (the other rows are never evaluated), clips the
@@ -44,7 +43,7 @@ class DPBarker(DPStep):
     Parameters
     ----------
     budget : PrivacyBudget
-        The (ε, δ) budget; iterations are counted with the RDP bound of SPEC §4.4.
+        The (ε, δ) budget; iterations are counted with the RDP bound of theory §4.4.
     batch_size : int
         ``b`` rows per iteration (``16 ≤ b ≤ n``; the RDP bound needs orders ``3 ≤ α < b/5``).
     proposal_scale : float or array
@@ -62,20 +61,16 @@ class DPBarker(DPStep):
     """
 
     name = "dp_barker"
-    stats_dtypes_shapes: ClassVar[dict] = {
-        "accepted": (bool, []),
-        "jump": (np.float64, []),
-        "epsilon_spent": (np.float64, []),
-    }
     _nonprivate_stats: ClassVar[dict] = {
         "llr_clipped_fraction": (np.float64, []),
         "batch_variance": (np.float64, []),
     }
+    _chain_state: ClassVar[tuple[str, ...]] = (*DPStep._chain_state, *("_scale",))
     _privacy_parameters: ClassVar[frozenset[str]] = DPStep._privacy_parameters | {
         "batch_size",
         "temperature",
         "correction",
-        "_cost",
+        "_test",
     }
 
     def __init__(
@@ -114,30 +109,28 @@ class DPBarker(DPStep):
             blocked=blocked,
             rng=rng,
         )
-        self._cost = BarkerCost(self.batch_size, self.oracle.n_rows)  # checks b against n
-        self.proposal_scale = check_proposal_scale(proposal_scale, self.oracle.ndim)
+        BarkerCost(self.batch_size, self._channel.n_rows)  # checks b against n, naming both
+        self.proposal_scale = check_proposal_scale(proposal_scale, self.space.ndim)
+        self._test = BarkerTest(
+            self._channel,
+            batch_size=self.batch_size,
+            temperature=self.temperature,
+            correction=self.correction,
+        )
         self._finish_build()
 
-    @property
-    def cost(self) -> BarkerCost:
-        return self._cost
-
-    def _spent(self, iterations: int) -> dict[str, float]:
-        epsilon = self.cost.epsilon(self.budget.delta, iterations) if iterations else 0.0
-        return {"epsilon_spent": float(epsilon)}
+    def _events(self) -> list:
+        return [self._test.event]  # one test per iteration
 
     def _reset_adaptation(self) -> None:
         self._scale = ScaleAdaptation(self.target_accept)
 
     def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
-        oracle = self.oracle
-        test = partial(self._test, oracle)
         new_state, info = barker_kernel(
             BarkerState(theta, self._logprior_at(theta)),
-            self.proposal_scale * self._scale.factor,
+            BarkerParams(self.proposal_scale * self._scale.factor),
             self.rng,
-            oracle.logprior,
-            test,
+            BarkerMechanisms(self.space.logprior, self._test),
         )
         self._remember_logprior(new_state.theta, new_state.logprior)
         if self.tune:  # acceptance flags are released: tuning on them is free
@@ -145,23 +138,10 @@ class DPBarker(DPStep):
         stats = {
             "accepted": info.accepted,
             "jump": info.jump,
-            "llr_clipped_fraction": info.n_clipped / self.batch_size,  # NOT private
+            "llr_clipped_fraction": info.llr_clipped / self.batch_size,  # NOT private
             "batch_variance": info.batch_variance,  # NOT private
         }
         return new_state.theta, stats
-
-    def _test(self, oracle: Any, theta: np.ndarray, theta_new: np.ndarray, log_prior_ratio: float):
-        return barker_test(
-            oracle,
-            self.noise,
-            theta,
-            theta_new,
-            log_prior_ratio=log_prior_ratio,
-            batch_size=self.batch_size,
-            temperature=self.temperature,
-            correction=self.correction,
-            counter=self.counter,
-        )
 
     def privacy_metadata(self) -> dict[str, Any]:
         meta = super().privacy_metadata()

@@ -1,4 +1,4 @@
-"""What every DP step method shares: the oracle, the budget, the secret noise, per-chain state.
+"""What every DP step method shares: the private channel, the budget, the noise, per-chain state.
 
 A :class:`DPStep` is a PyMC ``BlockedStep``. PyMC runs chains either sequentially with one step
 object or in worker processes with cloudpickled copies, and starts each chain with ``set_rng``
@@ -14,25 +14,31 @@ length from PyMC (:mod:`pymc_dp._compat`). Before its first read of the data a c
 so a chain that would leak or overspend stops before reading anything. Every release is then
 checked against the reservation (:class:`~pymc_dp.mechanisms.ReleaseCounter`), and the privacy
 parameters of a step are read-only once it is built (:attr:`DPStep._privacy_parameters`).
+
+A step holds the model's public :class:`~pymc_dp.parameter_space.ParameterSpace` (``space``),
+a :class:`~pymc_dp.mechanisms.PrivateChannel` and the mechanisms bound to it; it never holds
+the oracle. Its per-iteration cost is the composition of its mechanisms' privacy events
+(:meth:`DPStep._events`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
+import copy
 import warnings
 from abc import abstractmethod
+from dataclasses import field
 from typing import Any, ClassVar
 
 import numpy as np
 import pymc as pm
-from pymc.step_methods.compound import BlockedStep
-from pymc.util import get_random_generator
+from pymc.step_methods.compound import BlockedStep, StepMethodState
+from pymc.step_methods.state import dataclass_state
+from pymc.util import get_random_generator, get_state_from_generator, random_generator_from_state
 from rich.progress import TextColumn
 from rich.table import Column
 
 from pymc_dp._compat import chain_setup_from_caller
-from pymc_dp.accounting import PrivacyBudget, gaussian_epsilon
+from pymc_dp.accounting import PrivacyBudget, compose, gaussian_epsilon
 from pymc_dp.accounting.costs import PrivacyCost
 from pymc_dp.errors import (
     BudgetExceededError,
@@ -41,18 +47,39 @@ from pymc_dp.errors import (
     PrivacyWarning,
     ReadOnlyParameterError,
 )
-from pymc_dp.mechanisms import NoiseSource, ReleaseCounter
-from pymc_dp.oracle import RowLikelihood
-from pymc_dp.step_methods.options import check_flag, check_noise_rng
+from pymc_dp.mechanisms import PrivateChannel, ReleaseCounter
+from pymc_dp.noise import NoiseSource
+from pymc_dp.planning import plan_iterations
+from pymc_dp.step_methods.options import check_flag, check_fraction, check_noise_rng
 
-__all__ = ["DPStep"]
+__all__ = ["DPStep", "DPStepState"]
 
 # Iterations reserved at a time when no sampling plan was given (plain ``pm.sample``).
 _RESERVATION_BLOCK = 100
 
 
+@dataclass_state
+class DPStepState(StepMethodState):
+    """A DP step's restorable state (``step.sampling_state``): public state only.
+
+    ``public`` holds the chain's public state (tuning, adaptation, the cached log-prior);
+    ``noise`` the secret generator's state, only when the noise is reproducible (a seeded
+    ``noise_rng``, for tests and research). Restoring never rewinds privacy accounting: the
+    iteration count, the reservation and the release counter go on, so a restored chain's
+    releases are counted again; with secret (OS-entropy) noise the noise is never replayed.
+    """
+
+    tune: bool = field(default=True)
+    public: dict = field(default_factory=dict)
+    noise: Any = field(default=None)
+
+
 class DPStep(BlockedStep):
     """Base class of the DP step methods (not used directly)."""
+
+    _state_class = DPStepState
+    #: Per-chain public attributes restored with ``sampling_state`` (subclasses add theirs).
+    _chain_state: ClassVar[tuple[str, ...]] = ("_last_logprior",)
 
     default_blocked = True
     stats_dtypes_shapes: ClassVar[dict] = {
@@ -66,7 +93,14 @@ class DPStep(BlockedStep):
     #: Attributes that decide what a release costs or reveals: read-only once the step is built
     #: (subclasses add theirs). Changing one would make the releases differ from the reservation.
     _privacy_parameters: ClassVar[frozenset[str]] = frozenset(
-        {"budget", "oracle", "nonprivate_diagnostics", "noise_reproducible", "_noise_seed"}
+        {
+            "budget",
+            "space",
+            "_channel",
+            "nonprivate_diagnostics",
+            "noise_reproducible",
+            "_noise_seed",
+        }
     )
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -80,7 +114,9 @@ class DPStep(BlockedStep):
 
     def _finish_build(self) -> None:
         """Called at the end of each step's ``__init__``: privacy parameters become read-only."""
-        n = self.oracle.n_rows
+        if self.cost.gaussian_mu() is None:
+            self._drop_stats("mu_spent")  # only a plain Gaussian cost has a PLD parameter μ
+        n = self._channel.n_rows
         if self.budget.delta >= 1.0 / n:
             warnings.warn(
                 f"delta = {self.budget.delta:g} is at least 1/n = 1/{n}: an (ε, δ)-DP release "
@@ -128,11 +164,20 @@ class DPStep(BlockedStep):
                 "vars: pm.sample would give them to NUTS or Metropolis, which read the raw data "
                 "without noise. Leave vars=None (all free variables)."
             )
-        self.oracle = RowLikelihood(model, value_vars, row_data=row_data)
-        self.vars = list(self.oracle.value_vars)
+        self._channel = PrivateChannel.open(model, value_vars, row_data=row_data)
+        self.space = self._channel.space
+        self.vars = list(self.space.value_vars)
         self.budget = budget
         self.nonprivate_diagnostics = nonprivate_diagnostics
-        if self.nonprivate_diagnostics:  # opt-in, and recorded: the release is then not DP
+        if self.nonprivate_diagnostics:  # opt-in, recorded, and loud: the release is not DP
+            warnings.warn(
+                f"{type(self).__name__}(nonprivate_diagnostics=True) stores statistics computed "
+                "from the data without noise (clip counts) at every iteration: the output is "
+                "NOT differentially private and its privacy metadata say so. Use it on "
+                "synthetic or public data only.",
+                PrivacyWarning,
+                stacklevel=3,
+            )
             shapes = {**type(self).stats_dtypes_shapes, **self._nonprivate_stats}
             self.stats_dtypes_shapes = shapes
             self.stats_dtypes = [{name: dtype for name, (dtype, _) in shapes.items()}]
@@ -148,10 +193,42 @@ class DPStep(BlockedStep):
 
     # ---------------------------------------------------------------- what subclasses provide
 
-    @property
     @abstractmethod
+    def _events(self) -> list[PrivacyCost | tuple[PrivacyCost, int]]:
+        """The privacy events of one iteration: ``(mechanism.event, calls)`` per mechanism."""
+
+    @property
     def cost(self) -> PrivacyCost:
-        """Privacy cost of one iteration."""
+        """Privacy cost of one iteration: the composition of its mechanisms' events."""
+        return compose(*self._events())
+
+    @property
+    def model(self) -> pm.Model | None:
+        """The model the step was built on (``None`` in a pickled copy)."""
+        return self._channel.model
+
+    @property
+    def counter(self) -> ReleaseCounter:
+        """This chain's release counter."""
+        return self._channel.counter
+
+    @property
+    def noise(self) -> NoiseSource:
+        """This chain's secret noise source."""
+        return self._channel.noise
+
+    def check_model_unchanged(self) -> None:
+        """Refuse a model changed since the build: data set with ``pm.set_data``
+        (:class:`~pymc_dp.errors.DataChangedError`) or a deterministic that reads row data
+        (:class:`~pymc_dp.errors.PrivacyLeakError`). Reads no data values into any output."""
+        self._channel.check_data_unchanged()
+        self._channel.check_deterministics()
+
+    def check_deterministics(self) -> None:
+        """Refuse the model's deterministics that read row data, ones added after the build
+        too: ``pm.sample`` stores them at every draw (:class:`~pymc_dp.errors.PrivacyLeakError`).
+        """
+        self._channel.check_deterministics()
 
     @abstractmethod
     def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
@@ -165,7 +242,7 @@ class DPStep(BlockedStep):
         cached = self._last_logprior
         if cached is not None and np.array_equal(cached[0], theta):
             return cached[1]
-        return self.oracle.logprior(theta)
+        return self.space.logprior(theta)
 
     def _remember_logprior(self, theta: np.ndarray, logprior: float) -> None:
         self._last_logprior = (theta, logprior)
@@ -176,23 +253,20 @@ class DPStep(BlockedStep):
         """``draws``, ``tune`` and ``chains`` for ``pm.sample`` that spend exactly this budget.
 
         Every chain reads the same data, so chains compose; tuning iterations count like any
-        other. The per-chain allowance is ``budget.iterations_per_chain(cost, chains)``, split
-        ``tune = ⌊tune_fraction · allowance⌋``, ``draws = allowance − tune``. Each chain then
-        reserves exactly ``tune + draws`` iterations at its first step.
+        other. The split is :func:`pymc_dp.planning.plan_iterations`'s with
+        ``tune=tune_fraction``; each chain then reserves exactly ``tune + draws`` iterations at
+        its first step.
         """
-        if not 0 <= tune_fraction < 1:
-            raise InvalidParameterError(f"tune_fraction must be in [0, 1), got {tune_fraction}.")
-        per_chain = self.budget.iterations_per_chain(self.cost, chains)
-        tune = math.floor(tune_fraction * per_chain)
-        if per_chain - tune < 1:
-            raise BudgetExceededError(
-                f"{self.budget.spent_summary()}; {per_chain} iterations per chain fit for {chains} "
-                f"chains, too few to draw after tuning (tune_fraction={tune_fraction}). Use "
-                "fewer chains, larger noise multipliers, or a larger budget. No data was read."
-            )
-        self._planned_iterations = per_chain
-        self._planned_tune = tune
-        return {"draws": per_chain - tune, "tune": tune, "chains": chains}
+        if tune_fraction != 0:
+            tune_fraction = check_fraction(tune_fraction, "tune_fraction")
+        n_tune, n_draws = plan_iterations(self, chains=chains, tune=float(tune_fraction))
+        self.plan(tune=n_tune, draws=n_draws)
+        return {"draws": n_draws, "tune": n_tune, "chains": chains}
+
+    def plan(self, *, tune: int, draws: int) -> None:
+        """Tell the step each chain's length, so a chain reserves exactly ``tune + draws``."""
+        self._planned_iterations = int(tune) + int(draws)
+        self._planned_tune = int(tune)
 
     # ---------------------------------------------------------------- per-chain lifecycle
 
@@ -254,16 +328,9 @@ class DPStep(BlockedStep):
             )
 
     def _setup_chain(self) -> None:
-        if self._noise_seed is None:
-            self.noise = NoiseSource()  # fresh OS entropy: never derived from random_seed
-        else:
-            # Reproducible noise (tests, research): the noise seed mixed with a digest of this
-            # chain's public generator state, so that chains get different noise.
-            digest = hashlib.sha256(repr(self.rng.bit_generator.state).encode()).digest()
-            words = np.frombuffer(digest, dtype=np.uint32).tolist()
-            self.noise = NoiseSource(np.random.SeedSequence([int(self._noise_seed), *words]))
-        self.counter = ReleaseCounter()
-        self.oracle.clear_cache()  # public data may have changed between runs
+        # Secret noise from OS entropy, never derived from random_seed (reproducible noise for
+        # tests and research mixes the noise seed with this chain's public generator state).
+        self._channel.start_chain(NoiseSource.for_chain(self._noise_seed, self.rng))
         self._last_logprior: tuple[np.ndarray, float] | None = None
         self._reservation = None
         self._reserved = 0
@@ -274,9 +341,7 @@ class DPStep(BlockedStep):
         """A chain's checks before it reads anything (see the module docstring)."""
         if getattr(self, "_compound_refusal", None) is not None:
             raise self._compound_refusal
-        self.oracle.check_data_unchanged()
-        self.oracle.check_deterministics()  # one added to the model after the build
-        self.oracle.check_start(theta)
+        self._channel.check_before_reading(theta)
 
     def _reserve(self) -> None:
         """Reserve iterations before reading data (atomic across processes).
@@ -303,7 +368,7 @@ class DPStep(BlockedStep):
     # ---------------------------------------------------------------- PyMC step
 
     def step(self, point: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[dict]]:
-        theta = self.oracle.ravel(point)
+        theta = self.space.ravel(point)
         if self._iteration >= self._reserved:
             if not self.__dict__.get("_built", False):
                 raise InvalidParameterError(
@@ -323,7 +388,43 @@ class DPStep(BlockedStep):
         self._reservation.spend(1)
         stats.update(self._spent(self._iteration))
         stats = {name: stats[name] for name in self.stats_dtypes_shapes}  # drops the non-private
-        return {**point, **self.oracle.unravel(new_theta)}, [stats]
+        return {**point, **self.space.unravel(new_theta)}, [stats]
+
+    # ---------------------------------------------------------------- restorable state
+
+    @property
+    def sampling_state(self) -> DPStepState:
+        """The chain's restorable public state (:class:`DPStepState`)."""
+        noise = self.noise
+        return DPStepState(
+            var_names=[v.name for v in self.vars],
+            rng=get_state_from_generator(self.rng),
+            tune=bool(self.tune),
+            public={name: copy.deepcopy(getattr(self, name)) for name in self._chain_state},
+            noise=copy.deepcopy(noise.generator.bit_generator.state)
+            if noise.reproducible
+            else None,
+        )
+
+    @sampling_state.setter
+    def sampling_state(self, state: DPStepState) -> None:
+        if not isinstance(state, DPStepState):
+            raise InvalidParameterError(
+                f"sampling_state must be a DPStepState (from {type(self).__name__}."
+                f"sampling_state), got {type(state).__name__}."
+            )
+        names = [v.name for v in self.vars]
+        if list(state.var_names) != names:
+            raise InvalidParameterError(
+                f"This sampling state is for {list(state.var_names)}, not {names}."
+            )
+        self.rng = random_generator_from_state(copy.deepcopy(state.rng))
+        self.tune = bool(state.tune)
+        for name, value in state.public.items():
+            if name in self._chain_state:
+                setattr(self, name, copy.deepcopy(value))
+        if state.noise is not None and self.noise.reproducible:
+            self.noise.generator.bit_generator.state = copy.deepcopy(state.noise)
 
     # ---------------------------------------------------------------- progress bar
 
@@ -383,7 +484,7 @@ class DPStep(BlockedStep):
             "dp_epsilon": self.budget.epsilon,
             "dp_delta": self.budget.delta,
             "dp_neighbouring_relation": "substitute one row",
-            "dp_n_rows": self.oracle.n_rows,
+            "dp_n_rows": self._channel.n_rows,
             "dp_noise_reproducible": int(self.noise_reproducible),
             "dp_nonprivate_diagnostics": int(self.nonprivate_diagnostics),
             "dp_iterations_this_chain": self._iteration,

@@ -1,16 +1,15 @@
-"""``DPHMC``: differentially private Hamiltonian Monte Carlo (SPEC §4.3) as a PyMC step method."""
+"""``DPHMC``: differentially private Hamiltonian Monte Carlo (theory §4.3) as a PyMC step method."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 
-from pymc_dp.accounting import GaussianCost
 from pymc_dp.errors import InvalidParameterError
-from pymc_dp.kernels.hmc import HMCParams, HMCState, hmc_kernel
-from pymc_dp.mechanisms import release_grad, release_llr
+from pymc_dp.kernels.hmc import HMCMechanisms, HMCParams, HMCState, hmc_kernel
+from pymc_dp.mechanisms import GradientRelease, LLRRelease
+from pymc_dp.releases import Release
 from pymc_dp.step_methods.adaptation import DualAverage, MassWindows
 from pymc_dp.step_methods.base import DPStep
 from pymc_dp.step_methods.options import (
@@ -18,6 +17,7 @@ from pymc_dp.step_methods.options import (
     check_fraction,
     check_positive_int,
     check_temperature,
+    noise_multiplier_from,
     positive_float,
 )
 
@@ -34,7 +34,7 @@ _FINAL_STEP_SIZE_ONLY = (
 
 
 class DPHMC(DPStep):
-    """Differentially private Hamiltonian Monte Carlo (SPEC §4.3).
+    """Differentially private Hamiltonian Monte Carlo (theory §4.3).
 
     Each iteration runs ``L`` leapfrog steps with ``L + 1`` fresh noisy clipped gradient
     releases ``T · (Σ_i clip_{b_g}(∇ℓ_i(θ)) + N(0, (2 z_g b_g)² I))`` and accepts with the noisy
@@ -97,6 +97,10 @@ class DPHMC(DPStep):
         "grad_clipped_fraction": (np.float64, []),
         "llr_clipped_fraction": (np.float64, []),
     }
+    _chain_state: ClassVar[tuple[str, ...]] = (
+        *DPStep._chain_state,
+        *("_inv_mass", "_dual", "_windows", "_tuned_step"),
+    )
     _privacy_parameters: ClassVar[frozenset[str]] = DPStep._privacy_parameters | {
         "grad_noise_multiplier",
         "llr_noise_multiplier",
@@ -104,6 +108,8 @@ class DPHMC(DPStep):
         "llr_clip",
         "n_steps",
         "temperature",
+        "_release_llr",
+        "_release_grad",
     }
 
     def __init__(
@@ -132,16 +138,11 @@ class DPHMC(DPStep):
         blocked: bool = True,
         rng: Any = None,
     ) -> None:
-        for multiplier, tau, name in (
-            (grad_noise_multiplier, tau_g, "grad"),
-            (llr_noise_multiplier, tau_l, "llr"),
-        ):
-            if (multiplier is None) == (tau is None):
-                short = "g" if name == "grad" else "l"
-                raise InvalidParameterError(
-                    f"Give exactly one of {name}_noise_multiplier (z = σ/Δ) and tau_{short} (the "
-                    f"seeds' form, z = tau_{short}·√n)."
-                )
+        for multiplier, tau, name, tau_name in (
+            (grad_noise_multiplier, tau_g, "grad_noise_multiplier", "tau_g"),
+            (llr_noise_multiplier, tau_l, "llr_noise_multiplier", "tau_l"),
+        ):  # checked before the (slow) build; converted once n is known
+            noise_multiplier_from(multiplier, tau, 1, name=name, tau_name=tau_name)
         self.step_size = positive_float(step_size, "step_size")
         self.n_steps = check_positive_int(n_steps, "n_steps")
         self.grad_clip = positive_float(grad_clip, "grad_clip")
@@ -172,12 +173,14 @@ class DPHMC(DPStep):
             blocked=blocked,
             rng=rng,
         )
-        root_n = np.sqrt(self.oracle.n_rows)
-        z_g = grad_noise_multiplier if tau_g is None else positive_float(tau_g, "tau_g") * root_n
-        z_l = llr_noise_multiplier if tau_l is None else positive_float(tau_l, "tau_l") * root_n
-        self.grad_noise_multiplier = positive_float(z_g, "grad_noise_multiplier")
-        self.llr_noise_multiplier = positive_float(z_l, "llr_noise_multiplier")
-        ndim = self.oracle.ndim
+        n = self._channel.n_rows
+        self.grad_noise_multiplier = noise_multiplier_from(
+            grad_noise_multiplier, tau_g, n, name="grad_noise_multiplier", tau_name="tau_g"
+        )
+        self.llr_noise_multiplier = noise_multiplier_from(
+            llr_noise_multiplier, tau_l, n, name="llr_noise_multiplier", tau_name="tau_l"
+        )
+        ndim = self.space.ndim
         if mass_diag is None:
             mass = np.ones(ndim)
         else:
@@ -191,14 +194,26 @@ class DPHMC(DPStep):
         if not np.all(np.isfinite(mass) & (mass > 0)):
             raise InvalidParameterError("mass_diag must be positive and finite.")
         self.mass_diag = mass
+        self._release_llr = LLRRelease(
+            self._channel,
+            llr_clip=self.llr_clip,
+            noise_multiplier=self.llr_noise_multiplier,
+            temperature=self.temperature,
+            count_clipped=self.nonprivate_diagnostics,
+        )
+        self._release_grad = GradientRelease(
+            self._channel,
+            grad_clip=self.grad_clip,
+            noise_multiplier=self.grad_noise_multiplier,
+            temperature=self.temperature,
+            count_clipped=self.nonprivate_diagnostics,
+        )
         self._reset_adaptation()
         self._finish_build()
 
-    @property
-    def cost(self) -> GaussianCost:
-        return GaussianCost.hmc(
-            self.llr_noise_multiplier, self.grad_noise_multiplier, leapfrog_steps=self.n_steps
-        )
+    def _events(self) -> list:
+        # one ratio release and L + 1 gradient releases per iteration (theory §4.3)
+        return [self._release_llr.event, (self._release_grad.event, self.n_steps + 1)]
 
     # ---------------------------------------------------------------- adaptation
 
@@ -209,7 +224,7 @@ class DPHMC(DPStep):
         self._dual = DualAverage(self.step_size, self.target_accept, gamma=_DUAL_AVERAGING_GAMMA)
         tune = self._planned_tune
         stop_at = None if tune is None else tune - _FINAL_STEP_SIZE_ONLY
-        self._windows = MassWindows(self.oracle.ndim, stop_at=stop_at)
+        self._windows = MassWindows(self.space.ndim, stop_at=stop_at)
         self._tuned_step = self.step_size
 
     def stop_tuning(self) -> None:
@@ -237,26 +252,16 @@ class DPHMC(DPStep):
     # ---------------------------------------------------------------- one iteration
 
     def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
-        oracle = self.oracle
         logprior = self._logprior_at(theta)
         step_size = self._base_step_size()
         if self.step_jitter:
             step_size *= self.rng.uniform(1.0 - self.step_jitter, 1.0 + self.step_jitter)
         params = HMCParams(step_size, self.n_steps, self._inv_mass)
-        self._grad_clipped = [0, 0]  # clipped rows, releases (diagnostics only: NOT private)
-        release = partial(
-            release_llr,
-            oracle,
-            self.noise,
-            llr_clip=self.llr_clip,
-            noise_multiplier=self.llr_noise_multiplier,
-            temperature=self.temperature,
-            counter=self.counter,
-            count_clipped=self.nonprivate_diagnostics,
+        self._grad_clipped = [0, 0]  # clipped rows, rows read (diagnostics only: NOT private)
+        mechanisms = HMCMechanisms(
+            self.space.logprior, self.space.logprior_grad, self._counted_grad, self._release_llr
         )
-        new_state, info = hmc_kernel(
-            HMCState(theta, logprior), params, self.rng, oracle.logprior, self._noisy_grad, release
-        )
+        new_state, info = hmc_kernel(HMCState(theta, logprior), params, self.rng, mechanisms)
         self._remember_logprior(new_state.theta, new_state.logprior)
         if self.tune:
             self._adapt(info.accepted, new_state.theta)
@@ -268,42 +273,26 @@ class DPHMC(DPStep):
         }
         if self.nonprivate_diagnostics:  # NOT private
             stats["grad_clipped_fraction"] = self._grad_clipped[0] / max(self._grad_clipped[1], 1)
-            stats["llr_clipped_fraction"] = (info.llr_clipped or 0) / oracle.n_rows
+            stats["llr_clipped_fraction"] = (info.llr_clipped or 0) / self._channel.n_rows
         return new_state.theta, stats
 
-    def _noisy_grad(self, theta: np.ndarray) -> np.ndarray:
-        """``g̃(θ) = T · (G(θ) + N(0, σ_g² I)) + ∇ log p(θ)``: one counted gradient release.
-
-        Outside the model's support (a parameter-only check fails: the log-density is −∞ for
-        every dataset) the gradient is undefined: NaN, without reading data, which ends the
-        trajectory as a divergence, as in PyMC's own HMC.
-        """
-        if not self.oracle.in_support(theta):
-            return np.full(self.oracle.ndim, np.nan)
-        released = release_grad(
-            self.oracle,
-            self.noise,
-            theta,
-            grad_clip=self.grad_clip,
-            noise_multiplier=self.grad_noise_multiplier,
-            temperature=self.temperature,
-            counter=self.counter,
-            count_clipped=self.nonprivate_diagnostics,
-        )
-        if released.n_clipped is not None:
+    def _counted_grad(self, theta: np.ndarray) -> Release:
+        """One gradient release; with non-private diagnostics, its clip count is tallied."""
+        released = self._release_grad(theta)
+        if released.n_clipped is not None and released.noise_std > 0:
             self._grad_clipped[0] += released.n_clipped
-            self._grad_clipped[1] += self.oracle.n_rows
-        return released.value + self.oracle.logprior_grad(theta)
+            self._grad_clipped[1] += self._channel.n_rows
+        return released
 
     def privacy_metadata(self) -> dict[str, Any]:
         meta = super().privacy_metadata()
         meta.update(
-            dp_grad_clip=self.grad_clip,
-            dp_llr_clip=self.llr_clip,
-            dp_grad_noise_multiplier=self.grad_noise_multiplier,
-            dp_llr_noise_multiplier=self.llr_noise_multiplier,
+            dp_grad_clip=self._release_grad.grad_clip,
+            dp_llr_clip=self._release_llr.llr_clip,
+            dp_grad_noise_multiplier=self._release_grad.noise_multiplier,
+            dp_llr_noise_multiplier=self._release_llr.noise_multiplier,
             dp_leapfrog_steps=self.n_steps,
-            dp_temperature=self.temperature,
-            dp_mu_per_iteration=self.cost.mu,
+            dp_temperature=self._release_llr.temperature,
+            dp_mu_per_iteration=self.cost.gaussian_mu(),
         )
         return meta

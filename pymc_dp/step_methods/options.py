@@ -21,6 +21,7 @@ __all__ = [
     "check_positive_int",
     "check_proposal_scale",
     "check_temperature",
+    "noise_multiplier_from",
     "positive_float",
 ]
 
@@ -109,3 +110,21 @@ def check_proposal_scale(value: Any, ndim: int) -> np.ndarray:
     if not np.all(np.isfinite(scale) & (scale > 0)):
         raise InvalidParameterError("proposal_scale must be positive and finite.")
     return scale.copy()
+
+
+def noise_multiplier_from(
+    multiplier: Any, tau: Any, n_rows: int, *, name: str, tau_name: str
+) -> float:
+    """The noise multiplier ``z = σ/Δ`` from exactly one of ``multiplier`` and ``tau``.
+
+    ``tau`` is the seeds' parametrisation ``z = τ·√n`` (theory §4.1, §4.3); ``name`` and
+    ``tau_name`` are the step's argument names, used in the messages.
+    """
+    if (multiplier is None) == (tau is None):
+        raise InvalidParameterError(
+            f"Give exactly one of {name} (z = σ/Δ) and {tau_name} (the seeds' form, "
+            f"z = {tau_name}·√n)."
+        )
+    if tau is not None:
+        return positive_float(tau, tau_name) * float(np.sqrt(n_rows))
+    return positive_float(multiplier, name)

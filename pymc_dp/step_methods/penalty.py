@@ -1,16 +1,19 @@
-"""``DPPenalty``: the DP penalty algorithm (SPEC §4.1) as a PyMC step method."""
+"""``DPPenalty``: the DP penalty algorithm (theory §4.1) as a PyMC step method."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 
-from pymc_dp.accounting import GaussianCost, SubsampledGaussianCost
 from pymc_dp.errors import InvalidParameterError
-from pymc_dp.kernels.penalty import PenaltyParams, PenaltyState, penalty_kernel
-from pymc_dp.mechanisms import release_llr, release_llr_minibatch
+from pymc_dp.kernels.penalty import (
+    PenaltyMechanisms,
+    PenaltyParams,
+    PenaltyState,
+    penalty_kernel,
+)
+from pymc_dp.mechanisms import LLRRelease, MinibatchLLRRelease
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
 from pymc_dp.step_methods.base import DPStep
 from pymc_dp.step_methods.options import (
@@ -19,6 +22,7 @@ from pymc_dp.step_methods.options import (
     check_fraction,
     check_proposal_scale,
     check_temperature,
+    noise_multiplier_from,
     positive_float,
 )
 
@@ -31,14 +35,14 @@ _TARGET_OCU = 0.44
 
 
 class DPPenalty(DPStep):
-    """Differentially private penalty-method Metropolis–Hastings (SPEC §4.1, §4.2).
+    """Differentially private penalty-method Metropolis–Hastings (theory §4.1, §4.2).
 
     Each iteration proposes ``θ'`` and releases the clipped, tempered log-likelihood ratio
     ``T · Σ_i clip(ℓ_i(θ') − ℓ_i(θ), ±b_l ‖θ' − θ‖)`` with Gaussian noise of standard deviation
     ``σ = z · 2 T b_l ‖θ' − θ‖``; it accepts iff ``log U < λ + ξ − σ²/2``. One Gaussian mechanism
     per iteration: PLD parameter ``μ = 1/(2z²)``. Exact posterior when no ratio is clipped.
 
-    With ``batch_size=b`` it is the *minibatch* DP penalty (SPEC §4.2, thesis §3.4): each
+    With ``batch_size=b`` it is the *minibatch* DP penalty (theory §4.2, thesis §3.4): each
     iteration reads only ``b`` rows drawn secretly without replacement, releases
     ``λ* − ½σ_b² + ξ`` with ``λ* = (nT/b) Σ_{j∈B} r_j`` and ``σ_b²`` its estimated variance,
     ``ξ ~ N(0, σ²)``, ``σ = z · c`` with ``c = 2sB + 2(1 − b/n)s²B²``, ``s = nT/b``,
@@ -84,11 +88,13 @@ class DPPenalty(DPStep):
 
     name = "dp_penalty"
     _nonprivate_stats: ClassVar[dict] = {"llr_clipped_fraction": (np.float64, [])}
+    _chain_state: ClassVar[tuple[str, ...]] = (*DPStep._chain_state, *("_scale", "_directions"))
     _privacy_parameters: ClassVar[frozenset[str]] = DPStep._privacy_parameters | {
         "noise_multiplier",
         "llr_clip",
         "temperature",
         "batch_size",
+        "_release",
     }
 
     def __init__(
@@ -112,11 +118,6 @@ class DPPenalty(DPStep):
         blocked: bool = True,
         rng: Any = None,
     ) -> None:
-        if (noise_multiplier is None) == (tau is None):
-            raise InvalidParameterError(
-                "Give exactly one of noise_multiplier (z = σ/Δ) and tau (the seeds' form, "
-                "z = τ·√n)."
-            )
         if batch_size is not None:
             batch_size = check_batch_size(batch_size)
             if tau is not None:
@@ -146,71 +147,64 @@ class DPPenalty(DPStep):
             blocked=blocked,
             rng=rng,
         )
-        n = self.oracle.n_rows
-        z = noise_multiplier if tau is None else positive_float(tau, "tau") * np.sqrt(n)
-        self.noise_multiplier = positive_float(z, "noise_multiplier")
-        self.proposal_scale = check_proposal_scale(proposal_scale, self.oracle.ndim)
-        if self.batch_size is not None:
+        n = self._channel.n_rows
+        self.noise_multiplier = noise_multiplier_from(
+            noise_multiplier, tau, n, name="noise_multiplier", tau_name="tau"
+        )
+        self.proposal_scale = check_proposal_scale(proposal_scale, self.space.ndim)
+        options = dict(
+            llr_clip=self.llr_clip,
+            noise_multiplier=self.noise_multiplier,
+            temperature=self.temperature,
+            count_clipped=self.nonprivate_diagnostics,
+        )
+        if self.batch_size is None:
+            self._release = LLRRelease(self._channel, **options)
+        else:
             if not 2 <= self.batch_size <= n:
                 raise InvalidParameterError(
                     f"batch_size={self.batch_size} must be between 2 and the number of rows "
                     f"n = {n}."
                 )
-            self._drop_stats("mu_spent")  # a subsampled release has no Gaussian μ
+            self._release = MinibatchLLRRelease(
+                self._channel, batch_size=self.batch_size, **options
+            )
         self._finish_build()
 
-    @property
-    def cost(self) -> GaussianCost | SubsampledGaussianCost:
-        if self.batch_size is None:
-            return GaussianCost.from_noise_multiplier(self.noise_multiplier)
-        return SubsampledGaussianCost(self.noise_multiplier, self.batch_size / self.oracle.n_rows)
+    def _events(self) -> list:
+        return [self._release.event]  # one ratio release per iteration
 
     def _reset_adaptation(self) -> None:
         self._scale = ScaleAdaptation(self.target_accept)
-        self._directions = np.ones(self.oracle.ndim)
+        self._directions = np.ones(self.space.ndim)
 
     def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
-        oracle = self.oracle
         state = PenaltyState(theta, self._logprior_at(theta), self._directions)
         scale = self.proposal_scale * self._scale.factor
         params = PenaltyParams(scale, self.one_component, self.guided)
-        mechanism, rows = release_llr, oracle.n_rows
-        if self.batch_size is not None:
-            mechanism, rows = (
-                partial(release_llr_minibatch, batch_size=self.batch_size),
-                self.batch_size,
-            )
-        release = partial(
-            mechanism,
-            oracle,
-            self.noise,
-            llr_clip=self.llr_clip,
-            noise_multiplier=self.noise_multiplier,
-            temperature=self.temperature,
-            counter=self.counter,
-            count_clipped=self.nonprivate_diagnostics,
-        )
-        new_state, info = penalty_kernel(state, params, self.rng, oracle.logprior, release)
+        rows = self._channel.n_rows if self.batch_size is None else self.batch_size
+        mechanisms = PenaltyMechanisms(self.space.logprior, self._release)
+        new_state, info = penalty_kernel(state, params, self.rng, mechanisms)
         self._directions = new_state.directions
         self._remember_logprior(new_state.theta, new_state.logprior)
         if self.tune:  # acceptance flags are released: tuning on them is free
             self._scale.update(info.accepted)
         stats = {"accepted": info.accepted, "jump": info.jump}
         if self.nonprivate_diagnostics:
-            stats["llr_clipped_fraction"] = info.n_clipped / rows  # NOT private
+            stats["llr_clipped_fraction"] = info.llr_clipped / rows  # NOT private
         return new_state.theta, stats
 
     def privacy_metadata(self) -> dict[str, Any]:
         meta = super().privacy_metadata()
         meta.update(
-            dp_llr_clip=self.llr_clip,
-            dp_noise_multiplier=self.noise_multiplier,
-            dp_temperature=self.temperature,
+            dp_llr_clip=self._release.llr_clip,
+            dp_noise_multiplier=self._release.noise_multiplier,
+            dp_temperature=self._release.temperature,
             dp_one_component=int(self.one_component),
             dp_guided=int(self.guided),
         )
         if self.batch_size is None:
-            meta.update(dp_mu_per_iteration=self.cost.mu)
+            meta.update(dp_mu_per_iteration=self.cost.gaussian_mu())
         else:
             meta.update(
                 dp_batch_size=self.batch_size,

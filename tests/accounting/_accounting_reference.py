@@ -1,6 +1,6 @@
 """Independent high-precision reference formulas for the accounting tests (mpmath).
 
-Nothing here imports pymc_dp: these are the plain textbook formulas of SPEC §3 / §4.4
+Nothing here imports pymc_dp: these are the plain textbook formulas of theory §3 / §4.4
 evaluated with 60 significant digits, so that tests compare the package against an
 independent implementation.
 """
@@ -15,7 +15,7 @@ mp.mp.dps = 60
 
 
 def delta(eps: float, M: float) -> mp.mpf:
-    """δ(ε) = ½[erfc((ε - M)/(2√M)) - e^ε erfc((ε + M)/(2√M))] (SPEC §3, erfc form)."""
+    """δ(ε) = ½[erfc((ε - M)/(2√M)) - e^ε erfc((ε + M)/(2√M))] (theory §3, erfc form)."""
     eps, M = mp.mpf(eps), mp.mpf(M)
     r = mp.sqrt(M)
     return (mp.erfc((eps - M) / (2 * r)) - mp.e**eps * mp.erfc((eps + M) / (2 * r))) / 2

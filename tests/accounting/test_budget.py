@@ -1,4 +1,4 @@
-"""``PrivacyBudget``: iteration counts, errors, reporting, reservations (SPEC §3)."""
+"""``PrivacyBudget``: iteration counts, errors, reporting, reservations (theory §3)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pymc_dp.accounting import (
     GaussianCost,
     PrivacyBudget,
     SubsampledGaussianCost,
+    compose,
     gaussian_delta,
     gaussian_epsilon,
 )
@@ -167,7 +168,10 @@ def test_report_tracks_gaussian_spending() -> None:
     fresh = budget.report()
     assert fresh.spent_epsilon == 0.0 and fresh.spent_mu == 0.0 and fresh.reservations == 0
     assert fresh.remaining_mu == pytest.approx(budget.capacity_mu)
-    c1, c2 = GaussianCost(1e-4), GaussianCost.hmc(40.0, 200.0, leapfrog_steps=10)
+    c1 = GaussianCost(1e-4)
+    c2 = compose(  # DP HMC, z_l = 40, z_g = 200, L = 10
+        GaussianCost.from_noise_multiplier(40.0), (GaussianCost.from_noise_multiplier(200.0), 11)
+    )
     budget.reserve(c1, 50, mechanism="DPPenalty", chain=0)
     budget.reserve(c2, 20, mechanism="DPHMC", chains=2)
     spent = 50 * c1.mu + 20 * c2.mu

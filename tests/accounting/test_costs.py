@@ -1,4 +1,4 @@
-"""Per-iteration costs and their composition (SPEC §3, §4.1–§4.5)."""
+"""Per-iteration costs and their composition (theory §3, §4.1–§4.5)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from pymc_dp.accounting import (
     BarkerCost,
     GaussianCost,
     PrivacyCost,
+    SelfComposedCost,
     SubsampledGaussianCost,
     as_cost,
     barker_rdp,
+    compose,
     compose_epsilon,
     composition_fits,
     gaussian_epsilon,
@@ -37,8 +39,8 @@ ALL_COSTS: list[PrivacyCost] = [
 
 def test_gaussian_cost_constructors() -> None:
     assert GaussianCost.from_noise_multiplier(10.0).mu == pytest.approx(1 / 200)
-    hmc = GaussianCost.hmc(10.0, 50.0, leapfrog_steps=25)
-    assert hmc.mu == pytest.approx(1 / 200 + 26 / 5000)
+    hmc = compose(GaussianCost.from_noise_multiplier(10.0), (GaussianCost(1 / 5000), 26))
+    assert type(hmc) is GaussianCost and hmc.mu == pytest.approx(1 / 200 + 26 / 5000)
     assert GaussianCost(np.float64(0.5)).mu == 0.5 and type(GaussianCost(1).mu) is float
 
 
@@ -51,10 +53,10 @@ def test_gaussian_cost_rejects(bad: object) -> None:
 def test_constructor_errors_name_arguments() -> None:
     with pytest.raises(InvalidParameterError, match="noise_multiplier must be a positive"):
         GaussianCost.from_noise_multiplier(0.0)
-    with pytest.raises(InvalidParameterError, match="noise_multiplier_g must be a positive"):
-        GaussianCost.hmc(1.0, -2.0, leapfrog_steps=3)
-    with pytest.raises(InvalidParameterError, match="leapfrog_steps must be an integer >= 1"):
-        GaussianCost.hmc(1.0, 2.0, leapfrog_steps=0)
+    with pytest.raises(InvalidParameterError, match="count must be an integer >= 0"):
+        compose((GaussianCost(1.0), -1))
+    with pytest.raises(InvalidParameterError, match="count must be an integer >= 1"):
+        SelfComposedCost(GaussianCost(1.0), 0)
 
 
 @pytest.mark.parametrize("cost", ALL_COSTS, ids=lambda c: c.kind)

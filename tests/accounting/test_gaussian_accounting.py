@@ -1,4 +1,4 @@
-"""Tight Gaussian composition (SPEC §3): closed form, numerics, dp_accounting agreement."""
+"""Tight Gaussian composition (theory §3): closed form, numerics, dp_accounting agreement."""
 
 from __future__ import annotations
 

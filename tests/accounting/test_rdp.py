@@ -1,4 +1,4 @@
-"""RDP accounting: conversion, WBK subsampling amplification, DP Barker (SPEC §3, §4.4)."""
+"""RDP accounting: conversion, WBK subsampling amplification, DP Barker (theory §3, §4.4)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Reproduce the seeds' iteration counts: tight PLD vs zCDP accounting (thesis §6.1, SPEC §3).
+"""Reproduce the seeds' iteration counts: tight PLD vs zCDP accounting (thesis §6.1, theory §3).
 
 Settings of the 2-d banana experiments (thesis Table 5.1, §6.1): n = 100 000, δ = 0.1/n, seeds'
 noise parametrisation σ = τ √n Δ, i.e. z = τ √n and μ = 1/(2 τ² n) per release.
 DP penalty: τ = 0.1. DP HMC: τ_l = 0.1, τ_g = 0.55, L = 25 (μ = 1/(2τ_l²n) + (L+1)/(2τ_g²n)).
-Expected counts come from :mod:`_accounting_reference` (mpmath, plain SPEC §3 formulas).
+Expected counts come from :mod:`_accounting_reference` (mpmath, plain theory §3 formulas).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 from pymc_dp.accounting import (
     GaussianCost,
     PrivacyBudget,
+    compose,
     gaussian_iterations,
     zcdp_iterations,
 )
@@ -38,7 +39,12 @@ def _penalty_cost() -> GaussianCost:
 
 
 def _hmc_cost() -> GaussianCost:
-    return GaussianCost.hmc(TAU_L * math.sqrt(N), TAU_G * math.sqrt(N), leapfrog_steps=L)
+    cost = compose(
+        GaussianCost.from_noise_multiplier(TAU_L * math.sqrt(N)),
+        (GaussianCost.from_noise_multiplier(TAU_G * math.sqrt(N)), L + 1),
+    )
+    assert isinstance(cost, GaussianCost)
+    return cost
 
 
 def test_per_iteration_mu_matches_seed_parametrisation() -> None:

@@ -1,4 +1,4 @@
-"""zCDP comparator (SPEC §3; thesis Thm 2.5, 3.1)."""
+"""zCDP comparator (theory §3; thesis Thm 2.5, 3.1)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""DP Barker (SPEC §4.4): exactness on a tempered Gaussian, a negative control, plumbing."""
+"""DP Barker (theory §4.4): exactness on a tempered Gaussian, a negative control, plumbing."""
 
 from __future__ import annotations
-
-from functools import partial
 
 import numpy as np
 import pytest
@@ -11,9 +9,16 @@ from _tempered_gaussian import N0, SPEC, T, batch_means_se, small_model, tempere
 import pymc_dp
 from pymc_dp import RowLikelihood
 from pymc_dp.barker_correction import BarkerCorrection
-from pymc_dp.errors import InvalidParameterError
-from pymc_dp.kernels.barker import BarkerState, barker_kernel
-from pymc_dp.mechanisms import BarkerVarianceError, NoiseSource, ReleaseCounter, barker_test
+from pymc_dp.errors import BarkerVarianceError, InvalidParameterError
+from pymc_dp.kernels.barker import BarkerMechanisms, BarkerParams, BarkerState, barker_kernel
+from pymc_dp.mechanisms import BarkerTest, PrivateChannel
+from pymc_dp.noise import NoiseSource
+
+
+def barker_test(oracle, source, theta, theta_new, *, log_prior_ratio, **kwargs):
+    """One DP Barker test on a fresh channel with the given noise source."""
+    return BarkerTest(PrivateChannel(oracle, source), **kwargs)(theta, theta_new, log_prior_ratio)
+
 
 # b = 4000 rows and proposals of 0.2 posterior sds: the clip bound √b/n0 = 0.063 is above all
 # but about 2 in 10⁵ per-row ratios (the typical largest of the 10⁵ rows is 0.03; measured
@@ -36,28 +41,21 @@ class NoCorrection:
 def run_chain(iterations: int, correction=None, seed: int = 2):
     oracle, mean, sd = tempered_setup()
     rng = np.random.default_rng(seed)
-    counter = ReleaseCounter()
-    test = partial(
-        barker_test,
-        oracle,
-        NoiseSource(seed + 1),
+    test = BarkerTest(
+        PrivateChannel(oracle, NoiseSource(seed + 1)),
         batch_size=BATCH,
         temperature=T,
         correction=correction or BarkerCorrection.load(2.0),
-        counter=counter,
     )
-
-    def decision(theta, theta_new, log_prior_ratio):
-        return test(theta, theta_new, log_prior_ratio=log_prior_ratio)
-
-    state = BarkerState(mean.copy(), oracle.logprior(mean))
+    mechanisms = BarkerMechanisms(oracle.space.logprior, test)
+    state = BarkerState(mean.copy(), oracle.space.logprior(mean))
     draws, accepted, clipped = [], 0, 0
     for _ in range(iterations):
-        state, info = barker_kernel(state, SCALE * sd, rng, oracle.logprior, decision)
+        state, info = barker_kernel(state, BarkerParams(SCALE * sd), rng, mechanisms)
         draws.append(state.theta)
         accepted += info.accepted
-        clipped += info.n_clipped
-    assert counter.barker_tests == iterations
+        clipped += info.llr_clipped
+    assert test.channel.counter.released[test.event] == iterations
     return np.array(draws)[iterations // 10 :], accepted / iterations, clipped
 
 
@@ -91,23 +89,14 @@ def test_acceptance_probability_is_the_logistic_function_of_the_log_ratio(correc
     lam = float(np.sum(oracle.loglik_rows(theta_new) - oracle.loglik_rows(theta)))
     log_prior_ratio = 1.5 - lam  # a public term that sets λ = 1.5
     correction = BarkerCorrection.load(2.0) if corrected else NoCorrection()
-    noise = NoiseSource(11)
-    draws = 20_000
-    accepted = np.mean(
-        [
-            barker_test(
-                oracle,
-                noise,
-                theta,
-                theta_new,
-                log_prior_ratio=log_prior_ratio,
-                batch_size=100,
-                temperature=1.0,
-                correction=correction,
-            ).accepted
-            for _ in range(draws)
-        ]
+    test = BarkerTest(
+        PrivateChannel(oracle, NoiseSource(11)),
+        batch_size=100,
+        temperature=1.0,
+        correction=correction,
     )
+    draws = 20_000
+    accepted = np.mean([test(theta, theta_new, log_prior_ratio).accepted for _ in range(draws)])
     se = np.sqrt(expit(1.5) * (1 - expit(1.5)) / draws)
     if corrected:
         assert abs(accepted - expit(1.5)) < 4 * se + 6e-4, (accepted, expit(1.5))
@@ -175,7 +164,7 @@ def test_dp_barker_step_plumbing_and_accounting():
         )
     allowed = budget.iterations_per_chain(step.cost, 2)
     assert allowed == budget.iterations(step.cost) // 2
-    before = step.oracle.rows_read
+    before = step._channel._oracle.rows_read
     idata = pymc_dp.sample(
         step,
         chains=2,
@@ -187,8 +176,8 @@ def test_dp_barker_step_plumbing_and_accounting():
     assert set(idata.sample_stats.data_vars) == {"accepted", "jump", "epsilon_spent"}
     per_chain = idata.posterior.sizes["draw"] + idata.posterior.attrs["tuning_steps"]
     assert per_chain == allowed
-    assert step.counter.barker_tests == per_chain  # the last chain's own counter
-    assert step.oracle.rows_read - before <= 2 * 2 * per_chain * 100  # batches only
+    assert step.counter.released[step.cost] == per_chain  # the last chain's own counter
+    assert step._channel._oracle.rows_read - before <= 2 * 2 * per_chain * 100  # batches only
     report = pymc_dp.privacy_report(idata, show=False)
     assert report["dp_epsilon_spent"] <= 2.0
     assert report["dp_epsilon_spent"] == pytest.approx(step.cost.epsilon(1e-6, 2 * per_chain))

@@ -1,4 +1,4 @@
-"""DP penalty kernel (SPEC §4.1) and the Gaussian mechanisms it uses.
+"""DP penalty kernel (theory §4.1) and the Gaussian mechanisms it uses.
 
 Exactness: with visible noise and no clipped ratio, the chain matches the closed-form posterior of
 the seeds' Gaussian model; without the −σ²/2 penalty (negative control) it does not.
@@ -6,7 +6,7 @@ the seeds' Gaussian model; without the −σ²/2 penalty (negative control) it d
 
 from __future__ import annotations
 
-from functools import cache, partial
+from functools import cache
 
 import numpy as np
 import pytest
@@ -14,8 +14,16 @@ from scipy import stats
 
 from pymc_dp import RowLikelihood
 from pymc_dp.errors import InvalidParameterError
-from pymc_dp.kernels.penalty import PenaltyParams, PenaltyState, penalty_kernel, propose
-from pymc_dp.mechanisms import NoiseSource, Release, ReleaseCounter, release_llr
+from pymc_dp.kernels.penalty import (
+    PenaltyMechanisms,
+    PenaltyParams,
+    PenaltyState,
+    penalty_kernel,
+    propose,
+)
+from pymc_dp.mechanisms import LLRRelease, PrivateChannel
+from pymc_dp.noise import NoiseSource
+from pymc_dp.releases import Release
 from pymc_dp.testing import Banana
 
 SPEC = Banana(d=2, a=0.0)  # Gaussian model with known covariance (T§5.1)
@@ -32,27 +40,20 @@ def gaussian_setup():
 def run_chain(params: PenaltyParams, iterations: int, seed: int = 2):
     oracle, mean, _ = gaussian_setup()
     rng = np.random.default_rng(seed)
-    counter = ReleaseCounter()
+    channel = PrivateChannel(oracle, NoiseSource(seed + 1))
     # llr_clip = 5 per unit jump: no ratio is clipped on this data (asserted below);
     # z = 1.3 gives noise σ ≈ 1.4 on the log ratio: far from negligible.
-    release = partial(
-        release_llr,
-        oracle,
-        NoiseSource(seed + 1),
-        llr_clip=5.0,
-        noise_multiplier=1.3,
-        counter=counter,
-        count_clipped=True,
-    )
-    state = PenaltyState(mean.copy(), oracle.logprior(mean), np.ones(2))
+    release = LLRRelease(channel, llr_clip=5.0, noise_multiplier=1.3, count_clipped=True)
+    mechanisms = PenaltyMechanisms(oracle.space.logprior, release)
+    state = PenaltyState(mean.copy(), oracle.space.logprior(mean), np.ones(2))
     draws, accepted, clipped, sigmas = [], 0, 0, []
     for _ in range(iterations):
-        state, info = penalty_kernel(state, params, rng, oracle.logprior, release)
+        state, info = penalty_kernel(state, params, rng, mechanisms)
         draws.append(state.theta)
         accepted += info.accepted
-        clipped += info.n_clipped
+        clipped += info.llr_clipped
         sigmas.append(info.noise_std)
-    assert counter.llr_releases == iterations
+    assert channel.counter.released[release.event] == iterations
     return np.array(draws)[iterations // 10 :], accepted / iterations, clipped, np.median(sigmas)
 
 
@@ -93,8 +94,8 @@ def test_negative_control_without_the_penalty_term_is_wrong():
     assert np.max(draws.var(0) / sd**2) > 1.3  # noise without the penalty inflates the variance
 
 
-def fixed_release(value: float):
-    return lambda theta, theta_new: Release(value, 0.0, 0)
+def fixed_release(value: float) -> PenaltyMechanisms:
+    return PenaltyMechanisms(lambda theta: 0.0, lambda theta, theta_new: Release(value, 0.0, 0))
 
 
 def test_one_component_updates_change_one_coordinate():
@@ -111,9 +112,8 @@ def test_guided_walk_flips_direction_on_reject_and_keeps_it_on_accept():
     rng = np.random.default_rng(0)
     params = PenaltyParams(np.ones(3), one_component=True, guided=True)
     state = PenaltyState(np.zeros(3), 0.0, np.array([1.0, -1.0, 1.0]))
-    prior = lambda theta: 0.0  # noqa: E731
     for _ in range(20):  # always accept: directions never change, moves follow them
-        new_state, info = penalty_kernel(state, params, rng, prior, fixed_release(1e9))
+        new_state, info = penalty_kernel(state, params, rng, fixed_release(1e9))
         assert info.accepted
         step = new_state.theta - state.theta
         j = int(np.flatnonzero(step)[0])
@@ -121,7 +121,7 @@ def test_guided_walk_flips_direction_on_reject_and_keeps_it_on_accept():
         np.testing.assert_array_equal(new_state.directions, state.directions)
         state = new_state
     for _ in range(20):  # always reject: the moved coordinate's direction flips, nothing else
-        new_state, info = penalty_kernel(state, params, rng, prior, fixed_release(-1e9))
+        new_state, info = penalty_kernel(state, params, rng, fixed_release(-1e9))
         assert not info.accepted
         np.testing.assert_array_equal(new_state.theta, state.theta)
         flipped = np.flatnonzero(new_state.directions != state.directions)
@@ -131,42 +131,28 @@ def test_guided_walk_flips_direction_on_reject_and_keeps_it_on_accept():
 
 def test_llr_release_noise_scale_and_counting():
     oracle, mean, _ = gaussian_setup()
-    counter = ReleaseCounter()
+    channel = PrivateChannel(oracle)
+    release = LLRRelease(channel, llr_clip=5.0, noise_multiplier=2.0, temperature=0.5)
     theta_new = mean + np.array([0.03, -0.04])  # jump 0.05
     values = []
     for seed in range(400):
-        r = release_llr(
-            oracle,
-            NoiseSource(seed),
-            mean,
-            theta_new,
-            llr_clip=5.0,
-            noise_multiplier=2.0,
-            temperature=0.5,
-            counter=counter,
-        )
+        channel.noise = NoiseSource(seed)
+        r = release(mean, theta_new)
         assert r.noise_std == pytest.approx(2.0 * 2 * 0.5 * 5.0 * 0.05)  # z · 2 T b_l ‖Δθ‖
         values.append(r.value)
     exact = 0.5 * oracle.clipped_llr_sum(mean, theta_new, 0.25).value
     assert abs(np.mean(values) - exact) < 4 * 0.5 / np.sqrt(400)
     assert np.std(values) == pytest.approx(0.5, rel=0.15)
-    assert counter.llr_releases == 400 and counter.mu == pytest.approx(400 / (2 * 2.0**2))
+    counter = channel.counter
+    assert counter.total() == 400 and counter.mu == pytest.approx(400 / (2 * 2.0**2))
 
 
 def test_zero_jump_reads_no_data_but_still_counts():
     oracle, mean, _ = gaussian_setup()
-    counter = ReleaseCounter()
+    channel = PrivateChannel(oracle, NoiseSource(0))
     before = oracle.rows_read
-    r = release_llr(
-        oracle,
-        NoiseSource(0),
-        mean,
-        mean.copy(),
-        llr_clip=5.0,
-        noise_multiplier=1.0,
-        counter=counter,
-    )
-    assert r.value == 0.0 and oracle.rows_read == before and counter.llr_releases == 1
+    r = LLRRelease(channel, llr_clip=5.0, noise_multiplier=1.0)(mean, mean.copy())
+    assert r.value == 0.0 and oracle.rows_read == before and channel.counter.total() == 1
 
 
 def test_noise_policy():
@@ -174,9 +160,8 @@ def test_noise_policy():
     theta_new = mean + 0.05
 
     def draw(source):
-        return release_llr(
-            oracle, source, mean, theta_new, llr_clip=5.0, noise_multiplier=1.0
-        ).value
+        release = LLRRelease(PrivateChannel(oracle, source), llr_clip=5.0, noise_multiplier=1.0)
+        return release(mean, theta_new).value
 
     assert draw(NoiseSource(7)) == draw(NoiseSource(7))  # a noise seed reproduces the noise
     assert draw(NoiseSource()) != draw(NoiseSource())  # default: fresh OS entropy
@@ -184,5 +169,5 @@ def test_noise_policy():
     children = NoiseSource(7).spawn(2)
     assert all(c.reproducible for c in children)
     assert draw(children[0]) != draw(children[1])
-    with pytest.raises(InvalidParameterError, match="noise_multiplier must be positive"):
-        release_llr(oracle, NoiseSource(), mean, theta_new, llr_clip=1.0, noise_multiplier=0.0)
+    with pytest.raises(InvalidParameterError, match="noise_multiplier must be a positive"):
+        LLRRelease(PrivateChannel(oracle), llr_clip=1.0, noise_multiplier=0.0)

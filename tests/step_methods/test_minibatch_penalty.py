@@ -1,8 +1,6 @@
-"""Minibatch DP penalty (SPEC §4.2): exactness on a tempered Gaussian, sensitivity, plumbing."""
+"""Minibatch DP penalty (theory §4.2): exactness on a tempered Gaussian, sensitivity, plumbing."""
 
 from __future__ import annotations
-
-from functools import partial
 
 import numpy as np
 import pytest
@@ -13,15 +11,20 @@ from hypothesis import strategies as st
 import pymc_dp
 from pymc_dp import RowLikelihood
 from pymc_dp.errors import InvalidParameterError
-from pymc_dp.kernels.penalty import PenaltyParams, PenaltyState, penalty_kernel
+from pymc_dp.kernels.penalty import PenaltyMechanisms, PenaltyParams, PenaltyState, penalty_kernel
 from pymc_dp.mechanisms import (
-    NoiseSource,
-    ReleaseCounter,
+    LLRRelease,
+    MinibatchLLRRelease,
+    PrivateChannel,
     minibatch_llr_estimate,
     minibatch_llr_sensitivity,
-    release_llr,
-    release_llr_minibatch,
 )
+from pymc_dp.noise import NoiseSource
+
+
+def minibatch_release(oracle, source, **kwargs) -> MinibatchLLRRelease:
+    return MinibatchLLRRelease(PrivateChannel(oracle, source), **kwargs)
+
 
 # b = 300 rows, proposals of one posterior sd, b_l = 5 (no ratio is clipped: the largest
 # per-row ratio per unit jump is about 3 here) and a small noise multiplier z = 0.05, so that
@@ -34,28 +37,28 @@ BATCH, SCALE, LLR_CLIP, Z = 300, 1.0, 5.0, 0.05
 def run_chain(iterations: int, seed: int = 2, variance_correction: bool = True):
     oracle, mean, sd = tempered_setup()
     rng = np.random.default_rng(seed)
-    counter = ReleaseCounter()
-    release = partial(
-        release_llr_minibatch,
+    release = minibatch_release(
         oracle,
         NoiseSource(seed + 1),
         batch_size=BATCH,
         llr_clip=LLR_CLIP,
         noise_multiplier=Z,
         temperature=T,
-        counter=counter,
         variance_correction=variance_correction,
         count_clipped=True,
     )
-    state = PenaltyState(mean.copy(), oracle.logprior(mean), np.ones(2))
+    counter = release.channel.counter
+    state = PenaltyState(mean.copy(), oracle.space.logprior(mean), np.ones(2))
     params = PenaltyParams(SCALE * sd)
     draws, accepted, clipped = [], 0, 0
     for _ in range(iterations):
-        state, info = penalty_kernel(state, params, rng, oracle.logprior, release)
+        state, info = penalty_kernel(
+            state, params, rng, PenaltyMechanisms(oracle.space.logprior, release)
+        )
         draws.append(state.theta)
         accepted += info.accepted
-        clipped += info.n_clipped
-    assert counter.minibatch_llr_releases == iterations and counter.mu == 0.0
+        clipped += info.llr_clipped
+    assert counter.released[release.event] == iterations and counter.mu == 0.0
     return np.array(draws)[iterations // 10 :], accepted / iterations, clipped
 
 
@@ -122,16 +125,10 @@ def test_only_the_batch_is_read_and_batches_are_secret():
 
     def release(source, theta_new):
         before = oracle.rows_read
-        value = release_llr_minibatch(
-            oracle,
-            source,
-            mean,
-            theta_new,
-            batch_size=64,
-            llr_clip=LLR_CLIP,
-            noise_multiplier=1.0,
-            temperature=T,
+        release = minibatch_release(
+            oracle, source, batch_size=64, llr_clip=LLR_CLIP, noise_multiplier=1.0, temperature=T
         )
+        value = release(mean, theta_new)
         assert oracle.rows_read - before == 2 * 64  # the batch at θ and at θ', nothing else
         return value.value
 
@@ -142,21 +139,17 @@ def test_only_the_batch_is_read_and_batches_are_secret():
 
 
 def test_a_full_batch_is_the_full_data_penalty_release():
-    # b = n: the variance term vanishes (finite-population factor) and c = 2TB, as SPEC §4.1
+    # b = n: the variance term vanishes (finite-population factor) and c = 2TB, as theory §4.1
     data = SPEC.simulate(500, np.random.default_rng(4))
     oracle = RowLikelihood(SPEC.model(data))
     theta, theta_new = np.array([1.0, 2.0]), np.array([1.1, 1.9])
     kwargs = {"llr_clip": 0.5, "noise_multiplier": 2.0, "temperature": 0.3}
-    full = release_llr(oracle, NoiseSource(7), theta, theta_new, **kwargs)
-    batch = release_llr_minibatch(
-        oracle, NoiseSource(8), theta, theta_new, batch_size=500, **kwargs
-    )
+    full = LLRRelease(PrivateChannel(oracle, NoiseSource(7)), **kwargs)(theta, theta_new)
+    batch = minibatch_release(oracle, NoiseSource(8), batch_size=500, **kwargs)(theta, theta_new)
     assert batch.noise_std == pytest.approx(full.noise_std)
     exact = 0.3 * oracle.clipped_llr_sum(theta, theta_new, 0.5 * np.sqrt(0.02)).value
     draws = [
-        release_llr_minibatch(
-            oracle, NoiseSource(s), theta, theta_new, batch_size=500, **kwargs
-        ).value
+        minibatch_release(oracle, NoiseSource(s), batch_size=500, **kwargs)(theta, theta_new).value
         for s in range(400)
     ]
     assert abs(np.mean(draws) - exact) < 4 * full.noise_std / np.sqrt(400)
@@ -165,13 +158,11 @@ def test_a_full_batch_is_the_full_data_penalty_release():
 
 @pytest.mark.parametrize("batch_size", [1, N + 1])
 def test_the_mechanism_refuses_a_batch_it_cannot_draw(batch_size):
-    oracle, mean, sd = tempered_setup()
+    oracle, _, _ = tempered_setup()
     with pytest.raises(InvalidParameterError, match="between 2 and the number of rows"):
-        release_llr_minibatch(
+        minibatch_release(
             oracle,
             NoiseSource(0),
-            mean,
-            mean + sd,
             batch_size=batch_size,
             llr_clip=1.0,
             noise_multiplier=1.0,
@@ -196,7 +187,7 @@ def test_minibatch_dp_penalty_step_plumbing_and_accounting():
     assert step.cost == pymc_dp.SubsampledGaussianCost(3.0, 100 / 2000)
     allowed = budget.iterations_per_chain(step.cost, 2)
     assert step.cost.epsilon(1e-6, 2 * allowed) <= 1.0 < step.cost.epsilon(1e-6, 2 * allowed + 2)
-    before = step.oracle.rows_read
+    before = step._channel._oracle.rows_read
     idata = pymc_dp.sample(
         step,
         chains=2,
@@ -209,8 +200,8 @@ def test_minibatch_dp_penalty_step_plumbing_and_accounting():
     assert set(stats.data_vars) == {"accepted", "jump", "epsilon_spent"}  # no μ, no clip counts
     per_chain = idata.posterior.sizes["draw"] + idata.posterior.attrs["tuning_steps"]
     assert per_chain == allowed
-    assert step.counter.minibatch_llr_releases == per_chain  # the last chain's own counter
-    assert step.oracle.rows_read - before <= 2 * 2 * per_chain * 100  # batches only
+    assert step.counter.released[step.cost] == per_chain  # the last chain's own counter
+    assert step._channel._oracle.rows_read - before <= 2 * 2 * per_chain * 100  # batches only
     eps = stats.epsilon_spent.values  # the draws: iterations tune + 1, ..., tune + draws
     tune = idata.posterior.attrs["tuning_steps"]
     assert np.all(np.diff(eps, axis=1) >= 0)  # never decreasing, and an upper bound ...

@@ -64,9 +64,11 @@ def test_releases_equal_what_the_budget_reserved():
     assert set(stats.data_vars) == ALLOWED_STATS  # no clip counts, no energies
     assert not stats.diverging.values.any()
     # the last chain's own counter: (L + 1) gradient releases and one ratio per iteration
-    assert step.counter.grad_releases == per_chain * (step.n_steps + 1)
-    assert step.counter.llr_releases == per_chain
-    mu = step.cost.mu
+    # (both multipliers are 3.0 here: one Gaussian event, L + 2 releases per iteration)
+    event = step._release_grad.event
+    assert event == step._release_llr.event
+    assert step.counter.released == {event: per_chain * (step.n_steps + 2)}
+    mu = step.cost.gaussian_mu()
     assert mu == pytest.approx(1 / (2 * 3.0**2) + 5 / (2 * 3.0**2))
     assert step.counter.mu == pytest.approx(per_chain * mu)
     np.testing.assert_allclose(stats.mu_spent.values[:, -1], per_chain * mu)
@@ -159,17 +161,17 @@ def test_a_step_reused_for_parallel_chains_tunes_again():
 
 
 def test_temperature_reaches_both_releases(monkeypatch):
-    import pymc_dp.step_methods.hmc as hmc_module
+    from pymc_dp.mechanisms import GradientRelease, LLRRelease
 
     seen = []
-    for name in ("release_grad", "release_llr"):
-        original = getattr(hmc_module, name)
+    for name, cls in (("release_grad", GradientRelease), ("release_llr", LLRRelease)):
+        original = cls.__call__
 
-        def spy(*args, _original=original, _name=name, **kwargs):
-            seen.append((_name, kwargs["temperature"]))
-            return _original(*args, **kwargs)
+        def spy(self, *args, _original=original, _name=name):
+            seen.append((_name, self.temperature))
+            return _original(self, *args)
 
-        monkeypatch.setattr(hmc_module, name, spy)
+        monkeypatch.setattr(cls, "__call__", spy)
     model, step = make_step(temperature=0.5, noise_rng=1)
     sample(model, step, cores=1, chains=1, tune=0, draws=3)
     assert {kind for kind, _ in seen} == {"release_grad", "release_llr"}
@@ -212,7 +214,7 @@ def test_tau_is_the_seeds_parametrisation():
 
 @pytest.mark.slow
 def test_banana_matches_the_exact_posterior_in_mmd():
-    """Seeds' flat 2-d banana (SPEC §5), n = 100 000, noise negligible, under 1 % rows clipped."""
+    """Seeds' flat 2-d banana (theory §5), n = 100 000, noise negligible, under 1 % rows clipped."""
     banana = Banana(d=2, a=20.0)
     data = banana.simulate(100_000, np.random.default_rng(5))
     exact = banana.posterior_sample(data, 4000, np.random.default_rng(6))

@@ -47,20 +47,20 @@ def test_releases_equal_what_the_budget_reserved_sequential_chains():
     plan = step.sampling_kwargs(chains=2, tune_fraction=0.25)
     per_chain = plan["draws"] + plan["tune"]
     assert per_chain == step.budget.iterations_per_chain(step.cost, 2)
-    before = step.oracle.calls
+    before = step._channel._oracle.calls
     idata = sample(model, step, cores=1, **plan)
     stats = idata.sample_stats
     assert set(stats.data_vars) == ALLOWED_STATS  # no clip counts, no exact log-likelihoods
     mu = step.cost.mu
     # the last stat of each chain: the chain's releases (tune included) times μ
     np.testing.assert_allclose(stats.mu_spent.values[:, -1], per_chain * mu)
-    assert step.counter.llr_releases == per_chain  # the last chain's own counter
+    assert step.counter.released[step.cost] == per_chain  # the last chain's own counter
     report = step.budget.report()
     assert report.spent_mu == pytest.approx(2 * per_chain * mu)
     assert report.spent_epsilon <= step.budget.epsilon
     # one likelihood evaluation per iteration (the current state's is kept) plus the start
     # of each chain; zero-length jumps read nothing
-    assert step.oracle.calls - before <= 2 * (per_chain + 1)
+    assert step._channel._oracle.calls - before <= 2 * (per_chain + 1)
 
 
 def test_a_chain_longer_than_the_budget_is_refused_before_reading():
@@ -78,7 +78,7 @@ def test_a_chain_longer_than_the_budget_is_refused_before_reading():
                 tune=plan["tune"],
                 progressbar=False,
                 compute_convergence_checks=False,
-                callback=lambda **_: reads.append(step.oracle.calls),
+                callback=lambda **_: reads.append(step._channel._oracle.calls),
             )
     assert reads == [] and step.budget.report().reservations == 0  # nothing ran, nothing spent
 

@@ -17,21 +17,18 @@ import csv
 import math
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
-from pymc_dp.accounting import GaussianCost, gaussian_iterations, zcdp_iterations
+from pymc_dp.accounting import GaussianCost, compose, gaussian_iterations, zcdp_iterations
 
 N = 100_000
 DELTA = 0.1 / N
 
 SETTINGS = {
     r"DP penalty ($\tau$ = 0.1)": GaussianCost.from_noise_multiplier(0.1 * math.sqrt(N)),
-    r"DP HMC ($\tau_l$ = 0.1, $\tau_g$ = 0.55, $L$ = 25)": GaussianCost.hmc(
-        0.1 * math.sqrt(N), 0.55 * math.sqrt(N), leapfrog_steps=25
+    r"DP HMC ($\tau_l$ = 0.1, $\tau_g$ = 0.55, $L$ = 25)": compose(
+        GaussianCost.from_noise_multiplier(0.1 * math.sqrt(N)),
+        (GaussianCost.from_noise_multiplier(0.55 * math.sqrt(N)), 25 + 1),
     ),
 }
 TABLE_EPS = (0.5, 1.0, 2.0, 4.0, 6.0, 12.0)
@@ -39,6 +36,9 @@ TABLE_EPS = (0.5, 1.0, 2.0, 4.0, 6.0, 12.0)
 
 def main(out_dir: Path) -> None:
     """Write the figure and the CSV of iterations allowed (tight PLD vs zCDP) to ``out_dir``."""
+    from pymc_dp.experiments import pyplot
+
+    plt = pyplot()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "accounting.csv", "w", newline="") as handle:

@@ -1,4 +1,4 @@
-"""DP HMC kernel (SPEC §4.3): exactness with visible noise, a negative control, divergences.
+"""DP HMC kernel (theory §4.3): exactness with visible noise, a negative control, divergences.
 
 Exactness: on the seeds' Gaussian model (n = 10 000) with noisy gradients and a noisy ratio test
 but nothing clipped, the chain matches the closed-form posterior; without the −σ_l²/2 penalty
@@ -7,15 +7,17 @@ but nothing clipped, the chain matches the closed-form posterior; without the �
 
 from __future__ import annotations
 
-from functools import cache, partial
+from functools import cache
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from pymc_dp import RowLikelihood
-from pymc_dp.kernels.hmc import HMCParams, HMCState, hmc_kernel, leapfrog
-from pymc_dp.mechanisms import NoiseSource, Release, ReleaseCounter, release_grad, release_llr
+from pymc_dp.kernels.hmc import HMCMechanisms, HMCParams, HMCState, hmc_kernel, leapfrog
+from pymc_dp.mechanisms import GradientRelease, LLRRelease, PrivateChannel
+from pymc_dp.noise import NoiseSource
+from pymc_dp.releases import Release
 from pymc_dp.testing import Banana
 
 SPEC = Banana(d=2, a=0.0)
@@ -34,39 +36,40 @@ def gaussian_setup():
 def run_chain(iterations: int, *, penalty: bool = True, z_l: float = 3.0, seed: int = 2):
     oracle, mean, sd = gaussian_setup()
     rng = np.random.default_rng(seed)
-    noise = NoiseSource(seed + 1)
-    counter = ReleaseCounter()
+    channel = PrivateChannel(oracle, NoiseSource(seed + 1))
+    # z_g = 3: gradient noise of sd 30 per coordinate, next to a posterior gradient of
+    # about 22 and 63 per posterior standard deviation: far from negligible
+    grad = GradientRelease(channel, grad_clip=GRAD_CLIP, noise_multiplier=3.0, count_clipped=True)
+    llr = LLRRelease(channel, llr_clip=LLR_CLIP, noise_multiplier=z_l, count_clipped=True)
     clipped = [0]
 
-    def noisy_grad(theta):
-        # z_g = 3: gradient noise of sd 30 per coordinate, next to a posterior gradient of
-        # about 22 and 63 per posterior standard deviation: far from negligible
-        r = release_grad(
-            oracle, noise, theta, grad_clip=GRAD_CLIP, noise_multiplier=3.0, counter=counter,
-            count_clipped=True,
-        )  # fmt: skip
-        clipped[0] += r.n_clipped
-        return r.value + oracle.logprior_grad(theta)
+    def counted(release):
+        def call(*args):
+            r = release(*args)
+            clipped[0] += r.n_clipped
+            return r
 
-    def ratio(theta, theta_new):
-        r = release_llr(
-            oracle, noise, theta, theta_new, llr_clip=LLR_CLIP, noise_multiplier=z_l,
-            counter=counter, count_clipped=True,
-        )  # fmt: skip
-        clipped[0] += r.n_clipped
-        return r
+        return call
+
+    mechanisms = HMCMechanisms(
+        oracle.space.logprior, oracle.space.logprior_grad, counted(grad), counted(llr)
+    )
 
     # M⁻¹ = posterior variance: an isotropic target; η L = 1.5 posterior sds per trajectory
     params = HMCParams(0.3, 5, sd**2, penalty=penalty)
-    state = HMCState(mean.copy(), oracle.logprior(mean))
+    state = HMCState(mean.copy(), oracle.space.logprior(mean))
     draws, accepted, sigmas = [], 0, []
     for _ in range(iterations):
-        state, info = hmc_kernel(state, params, rng, oracle.logprior, noisy_grad, ratio)
+        state, info = hmc_kernel(state, params, rng, mechanisms)
         assert not info.diverging and info.grad_releases == 6
         draws.append(state.theta)
         accepted += info.accepted
         sigmas.append(info.noise_std)
-    assert counter.grad_releases == 6 * iterations and counter.llr_releases == iterations
+    released = channel.counter.released
+    if grad.event == llr.event:  # same noise multiplier: one event
+        assert released[grad.event] == 7 * iterations
+    else:
+        assert released[grad.event] == 6 * iterations and released[llr.event] == iterations
     return np.array(draws)[iterations // 10 :], accepted / iterations, clipped[0], np.median(sigmas)
 
 
@@ -131,9 +134,10 @@ def test_a_diverging_trajectory_is_rejected_stops_reading_and_releases_no_ratio(
 
     state = HMCState(np.ones(2), 0.0)
     params = HMCParams(1.0, 20, np.ones(2))
-    new_state, info = hmc_kernel(
-        state, params, np.random.default_rng(0), lambda t: 0.0, exploding_grad, ratio
+    mechanisms = HMCMechanisms(
+        lambda t: 0.0, np.zeros_like, lambda t: Release(exploding_grad(t), 0.0, None), ratio
     )
+    new_state, info = hmc_kernel(state, params, np.random.default_rng(0), mechanisms)
     assert info.diverging and not info.accepted
     assert new_state is state
     assert info.grad_releases == len(calls) < 21  # stopped early
@@ -142,28 +146,25 @@ def test_a_diverging_trajectory_is_rejected_stops_reading_and_releases_no_ratio(
 def test_a_hugely_negative_released_energy_change_is_a_divergence():
     state = HMCState(np.zeros(2), 0.0)
     params = HMCParams(0.1, 3, np.ones(2))
-    released = partial(lambda value, theta, theta_new: Release(value, 0.0, 0), -5e3)
-    _, info = hmc_kernel(
-        state, params, np.random.default_rng(0), lambda t: 0.0, lambda t: np.zeros(2), released
+    mechanisms = HMCMechanisms(
+        lambda t: 0.0,
+        np.zeros_like,
+        lambda t: Release(np.zeros(2), 0.0, None),
+        lambda theta, theta_new: Release(-5e3, 0.0, 0),
     )
+    _, info = hmc_kernel(state, params, np.random.default_rng(0), mechanisms)
     assert info.diverging and not info.accepted
 
 
 def test_gradient_release_noise_scale_temperature_and_counting():
     oracle, mean, _ = gaussian_setup()
-    counter = ReleaseCounter()
+    channel = PrivateChannel(oracle)
+    release = GradientRelease(channel, grad_clip=GRAD_CLIP, noise_multiplier=2.0, temperature=0.5)
     theta = mean + np.array([0.02, -0.01])
     values = []
     for seed in range(400):
-        r = release_grad(
-            oracle,
-            NoiseSource(seed),
-            theta,
-            grad_clip=GRAD_CLIP,
-            noise_multiplier=2.0,
-            temperature=0.5,
-            counter=counter,
-        )
+        channel.noise = NoiseSource(seed)
+        r = release(theta)
         assert r.noise_std == pytest.approx(0.5 * 2.0 * 2 * GRAD_CLIP)  # T · z · 2 b_g
         values.append(r.value)
     values = np.array(values)
@@ -171,4 +172,5 @@ def test_gradient_release_noise_scale_temperature_and_counting():
     sigma = 0.5 * 2.0 * 2 * GRAD_CLIP
     assert np.all(np.abs(values.mean(0) - exact) < 4 * sigma / np.sqrt(400))
     np.testing.assert_allclose(values.std(0), sigma, rtol=0.15)
-    assert counter.grad_releases == 400 and counter.mu == pytest.approx(400 / (2 * 2.0**2))
+    counter = channel.counter
+    assert counter.total() == 400 and counter.mu == pytest.approx(400 / (2 * 2.0**2))

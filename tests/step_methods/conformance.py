@@ -1,0 +1,274 @@
+"""``DPStepConformance``: the properties every DP step variant must have, in one test base.
+
+A variant subclasses the base and provides one hook, :meth:`DPStepConformance.make_step`
+(plus a few class attributes saying what to expect). The model is a Normal mean with known
+scale and a Normal prior, so the (tempered) posterior is known in closed form. Every property
+runs for every variant; tests/step_methods/test_conformance.py checks that every DP step class
+exported by ``pymc_dp`` has a subclass.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from typing import Any, ClassVar
+
+import cloudpickle
+import numpy as np
+import pymc as pm
+import pytest
+from scipy import stats
+
+import pymc_dp
+
+from ._hooks import break_penalty, data_reads, releases_allowed, releases_made
+
+N_ROWS = 400
+PRIOR_SD = 10.0
+DELTA = 1e-6
+#: stats a DP step may record by default (privately computed or public)
+PRIVATE_STATS = {"accepted", "jump", "epsilon_spent", "mu_spent", "diverging", "step_size"}
+
+
+def quiet(**kwargs: Any) -> dict[str, Any]:
+    return {"progressbar": False, "compute_convergence_checks": False, **kwargs}
+
+
+class DPStepConformance:
+    """Test base (not collected: no ``Test`` prefix). Subclasses set the attributes below."""
+
+    step_class: ClassVar[type]  # the pymc_dp class this variant covers
+    temperature: ClassVar[float] = 1.0
+    nonprivate_stats: ClassVar[set[str]] = {"llr_clipped_fraction"}
+    invariance_iterations: ClassVar[int] = 20
+
+    def make_step(self, budget: pymc_dp.PrivacyBudget, **overrides: Any) -> Any:
+        """Build the variant inside the model's context (the one hook)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- the model
+
+    @staticmethod
+    def data() -> np.ndarray:
+        return np.random.default_rng(11).normal(1.0, 1.0, N_ROWS)
+
+    def model(self) -> pm.Model:
+        with pm.Model() as model:
+            mu = pm.Normal("mu", 0.0, PRIOR_SD)
+            pm.Normal("y", mu, 1.0, observed=self.data())
+        return model
+
+    def posterior(self) -> tuple[float, float]:
+        """Mean and sd of the posterior with the likelihood tempered by ``temperature``."""
+        y = self.data()
+        precision = 1 / PRIOR_SD**2 + self.temperature * y.size
+        return self.temperature * y.sum() / precision, float(np.sqrt(1 / precision))
+
+    def build(self, epsilon: float = 1e4, **overrides: Any) -> tuple[pm.Model, Any]:
+        model = self.model()
+        with model:
+            step = self.make_step(pymc_dp.PrivacyBudget(epsilon=epsilon, delta=DELTA), **overrides)
+        return model, step
+
+    def build_for(self, iterations: int) -> tuple[pm.Model, Any]:
+        """A step whose budget buys about ``iterations`` iterations of its cost."""
+        _, probe = self.build()
+        return self.build(epsilon=float(probe.cost.epsilon(DELTA, iterations)))
+
+    def start(self) -> dict[str, np.ndarray]:
+        return {"mu": np.array(self.posterior()[0])}
+
+    # ---------------------------------------------------------------- 1. budget, sequential
+
+    def test_the_budget_is_respected_by_sequential_chains(self):
+        model, step = self.build_for(40)
+        plan = step.sampling_kwargs(chains=2)
+        with model:
+            pm.sample(step=step, cores=1, initvals=self.start(), random_seed=1, **plan, **quiet())
+        report = step.budget.report()
+        assert report.reserved_iterations == 2 * (plan["tune"] + plan["draws"])
+        assert report.spent_epsilon <= step.budget.epsilon
+        assert releases_made(step)  # the chain released something
+
+    def test_a_run_that_does_not_fit_is_refused_before_reading(self):
+        _model, step = self.build_for(40)
+        plan = step.sampling_kwargs(chains=2)
+        reads = data_reads(step)
+        with pytest.raises(pymc_dp.BudgetExceededError):
+            pymc_dp.sample(step, chains=2, tune=0, draws=10 * plan["draws"] + 10, **quiet())
+        assert data_reads(step) == reads and step.budget.report().reservations == 0
+
+    # ---------------------------------------------------------------- 2. budget, spawned workers
+
+    @pytest.mark.slow
+    def test_the_budget_is_respected_by_spawned_workers(self):
+        model, step = self.build_for(40)
+        plan = step.sampling_kwargs(chains=2)
+        with model:
+            idata = pm.sample(
+                step=step, cores=2, mp_ctx="spawn", initvals=self.start(), **plan, **quiet()
+            )
+        report = step.budget.report()
+        assert report.reserved_iterations == 2 * (plan["tune"] + plan["draws"])
+        assert report.spent_epsilon <= step.budget.epsilon
+        assert idata.posterior.sizes["chain"] == 2
+
+    # ---------------------------------------------------------------- 3. releases = reservation
+
+    def test_releases_equal_the_reservation(self):
+        model, step = self.build()
+        with model:
+            idata = pm.sample(
+                step=step, chains=1, cores=1, tune=5, draws=15, initvals=self.start(), **quiet()
+            )
+        made, allowed = releases_made(step), releases_allowed(step)
+        assert allowed and set(made) <= set(allowed)
+        assert all(made[event] <= allowed[event] for event in made)
+        diverged = "diverging" in idata.sample_stats and idata.sample_stats.diverging.values.any()
+        if not diverged:  # a diverging trajectory stops early and releases less
+            assert made == allowed
+
+    # ---------------------------------------------------------------- 4. stats allow-list
+
+    def test_only_private_statistics_are_kept(self):
+        _model, step = self.build()
+        idata = pymc_dp.sample(
+            step, chains=1, tune=0, draws=10, cores=1, initvals=self.start(), **quiet()
+        )
+        from pymc_dp._compat import group_names
+
+        assert set(group_names(idata)) == {"posterior", "sample_stats"}
+        kept = set(idata.sample_stats.data_vars)
+        assert {"accepted", "jump", "epsilon_spent"} <= kept <= PRIVATE_STATS
+        assert not kept & self.nonprivate_stats
+
+    # ---------------------------------------------------------------- 5. secret noise
+
+    def _chain(self, **overrides: Any) -> np.ndarray:
+        model, step = self.build(**overrides)
+        with model:
+            idata = pm.sample(
+                step=step,
+                chains=1,
+                cores=1,
+                tune=0,
+                draws=25,
+                random_seed=7,
+                initvals=self.start(),
+                **quiet(),
+            )
+        return idata.posterior["mu"].values.ravel()
+
+    def test_dp_noise_does_not_come_from_random_seed(self):
+        a, b = self._chain(), self._chain()
+        assert not np.array_equal(a, b)  # same random_seed: the noise differs
+        c, d = self._chain(noise_rng=5), self._chain(noise_rng=5)
+        np.testing.assert_array_equal(c, d)  # same noise_rng and random_seed: same chain
+
+    # ---------------------------------------------------------------- 6. non-private diagnostics
+
+    def test_nonprivate_diagnostics_are_opt_in_and_loud(self, capsys):
+        with pytest.warns(pymc_dp.PrivacyWarning, match="NOT differentially private"):
+            _, step = self.build(nonprivate_diagnostics=True)
+        idata = pymc_dp.sample(
+            step, chains=1, tune=0, draws=5, cores=1, initvals=self.start(), **quiet()
+        )
+        assert self.nonprivate_stats <= set(idata.sample_stats.data_vars)
+        report = pymc_dp.privacy_report(idata)
+        assert report["dp_nonprivate_diagnostics"] == 1
+        assert capsys.readouterr().out.startswith("NOT DIFFERENTIALLY PRIVATE")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pymc_dp.PrivacyWarning)
+            self.build()  # the default is private and silent
+
+    # ---------------------------------------------------------------- 7. pickling
+
+    def test_a_pickled_step_keeps_its_cost_and_read_only_parameters(self):
+        # cloudpickle, as PyMC sends steps to spawned workers (PyMC's BlockedStep keeps its
+        # constructor's model for unpickling, which plain pickle cannot serialise)
+        _, step = self.build()
+        copy = pickle.loads(cloudpickle.dumps(step))
+        assert copy.cost == step.cost
+        assert copy.budget.ledger_path == step.budget.ledger_path
+        with pytest.raises(pymc_dp.ReadOnlyParameterError):
+            copy.budget = pymc_dp.PrivacyBudget(epsilon=1e6, delta=DELTA)
+
+    # ---------------------------------------------------------------- 8. restore state
+
+    def test_restoring_the_sampling_state_gives_the_same_draw(self):
+        model, step = self.build(noise_rng=3)
+        point = {**model.initial_point(), "mu": self.start()["mu"]}
+        for _ in range(4):
+            point, _ = step.step(point)
+        state = step.sampling_state
+        made = sum(releases_made(step).values())
+        draws = []
+        for _ in range(2):
+            step.sampling_state = state
+            new, stats = step.step(point)
+            draws.append((new, {k: v for k, v in stats[0].items() if not k.endswith("_spent")}))
+        (a, stats_a), (b, stats_b) = draws
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+        assert stats_a.keys() == stats_b.keys()
+        assert all(np.array_equal(stats_a[k], stats_b[k]) for k in stats_a)
+        # restoring never rewinds the accounting: both iterations were counted
+        assert sum(releases_made(step).values()) > made
+        assert stats[0]["epsilon_spent"] > 0
+
+    def test_a_sampling_state_of_another_step_is_refused(self):
+        _, step = self.build()
+        with pytest.raises(pymc_dp.InvalidParameterError, match="sampling_state"):
+            step.sampling_state = object()
+
+    # ---------------------------------------------------------------- 9. invariance
+
+    def _final_states(self, chains: int, iterations: int | None = None, **overrides: Any):
+        mean, sd = self.posterior()
+        starts = np.random.default_rng(21).normal(mean, sd, chains)
+        model, step = self.build(noise_rng=13, **overrides)
+        with model:
+            idata = pm.sample(
+                step=step,
+                chains=chains,
+                cores=1,
+                tune=0,
+                draws=iterations or self.invariance_iterations,
+                random_seed=17,
+                initvals=[{"mu": np.array(s)} for s in starts],
+                **quiet(),
+            )
+        accepted = idata.sample_stats.accepted.values.mean()
+        assert accepted > 0.05, accepted  # the chains move
+        return idata.posterior["mu"].values[:, -1]
+
+    @staticmethod
+    def _matches(values: np.ndarray, mean: float, sd: float) -> tuple[bool, float, float]:
+        """Two-sided z test of the mean and χ² test of the variance, each at level 0.001."""
+        k = values.size
+        z = (values.mean() - mean) / (sd / np.sqrt(k))
+        chi2 = (k - 1) * values.var(ddof=1) / sd**2
+        p_mean = 2 * stats.norm.sf(abs(z))
+        p_var = 2 * min(stats.chi2.cdf(chi2, k - 1), stats.chi2.sf(chi2, k - 1))
+        return min(p_mean, p_var) > 1e-3, p_mean, p_var
+
+    @pytest.mark.slow
+    def test_started_at_exact_posterior_draws_the_chains_stay_there(self):
+        mean, sd = self.posterior()
+        ok, p_mean, p_var = self._matches(self._final_states(200), mean, sd)
+        assert ok, (p_mean, p_var)
+
+
+class PenaltyTermControl:
+    """Mixin for variants whose test carries the −σ²/2 penalty: without it (and with large
+    release noise, :meth:`noisy_overrides`) the invariance check must fail."""
+
+    def noisy_overrides(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @pytest.mark.slow
+    def test_negative_control_without_the_penalty_term_leaves_the_posterior(self, monkeypatch):
+        mean, sd = self.posterior()
+        break_penalty(monkeypatch)
+        values = self._final_states(200, 3 * self.invariance_iterations, **self.noisy_overrides())
+        ok, p_mean, p_var = self._matches(values, mean, sd)
+        assert not ok and values.var() > sd**2, (p_mean, p_var, values.var() / sd**2)
