@@ -236,7 +236,44 @@ class Mechanism(ABC):
         return self.channel._oracle
 
 
-class LLRRelease(Mechanism):
+class _NoisySum(Mechanism):
+    """Shared parameters of the Gaussian releases of a clipped sum: ``z``, ``T``, diagnostics.
+
+    Event: one Gaussian mechanism, PLD parameter ``1/(2z²)`` (subclasses on a batch override).
+    """
+
+    def __init__(
+        self,
+        channel: PrivateChannel,
+        *,
+        noise_multiplier: float,
+        temperature: float = 1.0,
+        count_clipped: bool = False,
+    ) -> None:
+        super().__init__(channel)
+        self.noise_multiplier = float(noise_multiplier)
+        self.temperature = float(temperature)
+        self.count_clipped = bool(count_clipped)
+
+    @property
+    def event(self) -> PrivacyCost:
+        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
+
+    def _ratio_bound(self, theta: np.ndarray, theta_new: np.ndarray) -> tuple[float, Any]:
+        """``B = b_l ‖θ' − θ‖₂`` for a ratio release, and the release decided without reading
+        (``None`` otherwise): ``−∞`` outside the support (nothing released or counted), ``0``
+        for ``θ' = θ`` (counted, nothing read). The release is recorded before any read."""
+        none = 0 if self.count_clipped else None
+        if not self.channel.space.in_support(theta_new):  # −∞ for every dataset: read nothing
+            return 0.0, Release(-np.inf, 0.0, none)
+        bound = self.llr_clip * float(np.linalg.norm(np.asarray(theta_new) - np.asarray(theta)))
+        self._record()
+        if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
+            return 0.0, Release(0.0, 0.0, none)
+        return bound, None
+
+
+class LLRRelease(_NoisySum):
     """Noisy tempered clipped log-likelihood-ratio sum (theory §2, §4.1 steps 2–3).
 
     ``release(θ, θ')`` returns ``T · R(θ, θ') + ξ`` with ``R = Σ_i clip(ℓ_i(θ') − ℓ_i(θ), ±B)``,
@@ -253,25 +290,19 @@ class LLRRelease(Mechanism):
         temperature: float = 1.0,
         count_clipped: bool = False,
     ) -> None:
-        super().__init__(channel)
+        super().__init__(
+            channel,
+            noise_multiplier=noise_multiplier,
+            temperature=temperature,
+            count_clipped=count_clipped,
+        )
         self.llr_clip = float(llr_clip)
-        self.noise_multiplier = float(noise_multiplier)
-        self.temperature = float(temperature)
-        self.count_clipped = bool(count_clipped)
         self._finish()
 
-    @property
-    def event(self) -> GaussianCost:
-        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
-
     def __call__(self, theta: np.ndarray, theta_new: np.ndarray) -> Release:
-        none = 0 if self.count_clipped else None
-        if not self.channel.space.in_support(theta_new):  # −∞ for every dataset: read nothing
-            return Release(-np.inf, 0.0, none)
-        bound = self.llr_clip * float(np.linalg.norm(np.asarray(theta_new) - np.asarray(theta)))
-        self._record()
-        if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
-            return Release(0.0, 0.0, none)
+        bound, early = self._ratio_bound(theta, theta_new)
+        if early is not None:
+            return early
         clipped = self._oracle.clipped_llr_sum(
             theta, theta_new, bound, count_clipped=self.count_clipped
         )
@@ -282,7 +313,7 @@ class LLRRelease(Mechanism):
         )
 
 
-class GradientRelease(Mechanism):
+class GradientRelease(_NoisySum):
     """Noisy tempered clipped gradient sum ``T · (G(θ) + N(0, σ² I))``, ``σ = z · 2 b_g``.
 
     Theory §2 and §4.3. Sensitivity ``2 b_g`` under substitution of one row; event: one
@@ -299,16 +330,14 @@ class GradientRelease(Mechanism):
         temperature: float = 1.0,
         count_clipped: bool = False,
     ) -> None:
-        super().__init__(channel)
+        super().__init__(
+            channel,
+            noise_multiplier=noise_multiplier,
+            temperature=temperature,
+            count_clipped=count_clipped,
+        )
         self.grad_clip = float(grad_clip)
-        self.noise_multiplier = float(noise_multiplier)
-        self.temperature = float(temperature)
-        self.count_clipped = bool(count_clipped)
         self._finish()
-
-    @property
-    def event(self) -> GaussianCost:
-        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
 
     def __call__(self, theta: np.ndarray) -> Release:
         space = self.channel.space
@@ -373,7 +402,7 @@ def minibatch_llr_sensitivity(bound: float, *, batch_size: int, n_rows: int, tem
     return 2.0 * s * bound + 2.0 * (1.0 - b / n) * s * s * bound * bound
 
 
-class MinibatchLLRRelease(Mechanism):
+class MinibatchLLRRelease(_NoisySum):
     """Noisy minibatch estimate of the tempered log-likelihood ratio (theory §4.2).
 
     ``release(θ, θ')`` draws ``b`` rows without replacement from the secret generator, reads
@@ -396,13 +425,15 @@ class MinibatchLLRRelease(Mechanism):
         count_clipped: bool = False,
         variance_correction: bool = True,
     ) -> None:
-        super().__init__(channel)
+        super().__init__(
+            channel,
+            noise_multiplier=noise_multiplier,
+            temperature=temperature,
+            count_clipped=count_clipped,
+        )
         _check_batch(int(batch_size), channel.n_rows)
         self.batch_size = int(batch_size)
         self.llr_clip = float(llr_clip)
-        self.noise_multiplier = float(noise_multiplier)
-        self.temperature = float(temperature)
-        self.count_clipped = bool(count_clipped)
         self.variance_correction = bool(variance_correction)
         self._finish()
 
@@ -411,14 +442,10 @@ class MinibatchLLRRelease(Mechanism):
         return SubsampledGaussianCost(self.noise_multiplier, self.batch_size / self.channel.n_rows)
 
     def __call__(self, theta: np.ndarray, theta_new: np.ndarray) -> Release:
-        none = 0 if self.count_clipped else None
-        if not self.channel.space.in_support(theta_new):  # −∞ for every dataset: read nothing
-            return Release(-np.inf, 0.0, none)
+        bound, early = self._ratio_bound(theta, theta_new)
+        if early is not None:
+            return early
         n, b, t = self.channel.n_rows, self.batch_size, self.temperature
-        bound = self.llr_clip * float(np.linalg.norm(np.asarray(theta_new) - np.asarray(theta)))
-        self._record()
-        if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
-            return Release(0.0, 0.0, none)
         rows = self.channel.noise.rows(n, b)  # secret: never from random_seed
         oracle = self._oracle
         ratio = oracle.loglik_rows(theta_new, rows) - oracle.loglik_rows(theta, rows)
