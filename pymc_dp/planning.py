@@ -29,14 +29,19 @@ def plan_iterations(
     if isinstance(chains, bool) or not isinstance(chains, Integral) or chains < 1:
         raise InvalidParameterError(f"chains must be a positive integer, got {chains!r}.")
     budget = step.budget
-    per_chain = budget.iterations_per_chain(step.cost, int(chains))
     if isinstance(tune, bool) or not isinstance(tune, Real):
         raise InvalidParameterError(f"tune must be an int or a fraction in [0, 1), got {tune!r}.")
     if isinstance(tune, Integral):
         if tune < 0:
             raise InvalidParameterError(f"tune must not be negative, got {tune}.")
         n_tune = int(tune)
+        if isinstance(draws, Integral) and not isinstance(draws, bool) and draws >= 1:
+            # both counts given: one composition check, no search for the largest count
+            if budget.fits(step.cost, int(chains) * (n_tune + int(draws))):
+                return n_tune, int(draws)
+        per_chain = budget.iterations_per_chain(step.cost, int(chains))
     elif 0 <= tune < 1:
+        per_chain = budget.iterations_per_chain(step.cost, int(chains))
         n_tune = math.floor(float(tune) * per_chain)
     else:
         raise InvalidParameterError(

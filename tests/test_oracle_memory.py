@@ -31,7 +31,11 @@ SCRIPT = textwrap.dedent(
     grad = oracle.clipped_grad_sum(theta, 1.0)
     llr = oracle.clipped_llr_sum(theta, theta + 0.01, 0.05)
     ell = oracle.loglik_rows(theta)
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:  # this process image's own high-water mark (ru_maxrss keeps the parent's on Linux)
+        with open("/proc/self/status") as status:
+            peak_kib = next(int(l.split()[1]) for l in status if l.startswith("VmHWM:"))
+    except OSError:
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     traced = tracemalloc.get_traced_memory()[1]
     print(json.dumps({"peak_mb": peak_kib / 1024, "traced_mb": traced / 2**20,
                       "rows": int(ell.shape[0]),

@@ -716,8 +716,12 @@ def _normalise(
 
 
 def _flatten(spending: Spending) -> list[tuple[AtomicCost, int]]:
-    """``(cost, k)`` pairs → ``(atom, k · count)`` pairs, in order (equal atoms not merged)."""
-    return [(atom, k * n) for cost, k in spending for atom, n in cost.atoms()]
+    """``(cost, k)`` pairs → ``(atom, k · count)`` pairs with equal atoms merged.
+
+    Merging is exact (``A^{⊗k₁} ⊗ A^{⊗k₂} = A^{⊗(k₁+k₂)}``) and keeps the PLD accountant's
+    work independent of how many ledger entries (e.g. one per chain) share an atom.
+    """
+    return list(_merge((atom, k * n) for cost, k in spending for atom, n in cost.atoms()))
 
 
 def _method(atoms: Atoms) -> str:

@@ -225,7 +225,18 @@ def subsampled_gaussian_pld(
     h = check_positive(discretization, "discretization")
     if q == 1.0:
         return gaussian_pld(k / (2.0 * z * z), h)
-    base = _symmetric_pld(z, q, h)
+    return _self_composed_pld(z, q, h, k)
+
+
+@functools.lru_cache(maxsize=4)
+def _self_composed_pld(
+    z: float, q: float, discretization: float, k: int
+) -> pld_lib.PrivacyLossDistribution:
+    """``C_q(G_{1/z})^{⊗k}``, cached: a reservation checks and reports the same ``k``.
+
+    Only a few are kept: a composed PLD of small noise can hold tens of MB.
+    """
+    base = _symmetric_pld(z, q, discretization)
     return base if k == 1 else base.self_compose(k)
 
 

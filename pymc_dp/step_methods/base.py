@@ -352,8 +352,10 @@ class DPStep(BlockedStep):
         planned = self._planned_iterations
         if planned is not None and self._reserved == 0:
             wanted = planned
+        elif self.budget.fits(self.cost, _RESERVATION_BLOCK):  # one check, no search
+            wanted = _RESERVATION_BLOCK
         else:
-            wanted = min(_RESERVATION_BLOCK, self.budget.iterations(self.cost))
+            wanted = self.budget.iterations(self.cost)
         if wanted < 1:
             raise BudgetExceededError(
                 f"{self.budget.spent_summary()}; not one more iteration of "

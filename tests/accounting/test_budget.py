@@ -104,6 +104,17 @@ def test_iterations_per_chain_splits_the_total() -> None:
     assert gaussian_delta(EPS, 4 * (per + 1) * cost.mu) > DELTA
 
 
+@pytest.mark.parametrize(
+    "cost", [GaussianCost.from_noise_multiplier(50.0), BarkerCost(1000, 100_000)], ids=str
+)
+def test_fits_agrees_with_the_largest_count(cost) -> None:
+    budget = PrivacyBudget(2.0, DELTA)
+    budget.reserve(cost, 10, mechanism="test")
+    k = budget.iterations(cost)  # searched; fits() is one composition check
+    assert budget.fits(cost, 0) and budget.fits(cost, k)
+    assert not budget.fits(cost, k + 1)
+
+
 @pytest.mark.parametrize("chains", [0, -1, 1.5, "4", None])
 def test_iterations_per_chain_bad_chains(chains: object) -> None:
     with pytest.raises(InvalidParameterError, match="chains must be an integer >= 1"):

@@ -52,9 +52,9 @@ class DPStepConformance:
     def data() -> np.ndarray:
         return np.random.default_rng(11).normal(1.0, 1.0, N_ROWS)
 
-    def model(self) -> pm.Model:
+    def model(self, prior_sd: float = PRIOR_SD) -> pm.Model:
         with pm.Model() as model:
-            mu = pm.Normal("mu", 0.0, PRIOR_SD)
+            mu = pm.Normal("mu", 0.0, prior_sd)
             pm.Normal("y", mu, 1.0, observed=self.data())
         return model
 
@@ -64,8 +64,10 @@ class DPStepConformance:
         precision = 1 / PRIOR_SD**2 + self.temperature * y.size
         return self.temperature * y.sum() / precision, float(np.sqrt(1 / precision))
 
-    def build(self, epsilon: float = 1e4, **overrides: Any) -> tuple[pm.Model, Any]:
-        model = self.model()
+    def build(
+        self, epsilon: float = 1e4, model: pm.Model | None = None, **overrides: Any
+    ) -> tuple[pm.Model, Any]:
+        model = self.model() if model is None else model
         with model:
             step = self.make_step(pymc_dp.PrivacyBudget(epsilon=epsilon, delta=DELTA), **overrides)
         return model, step
@@ -152,16 +154,19 @@ class DPStepConformance:
                 chains=1,
                 cores=1,
                 tune=0,
-                draws=25,
+                draws=80,
                 random_seed=7,
                 initvals=self.start(),
                 **quiet(),
             )
+        assert idata.sample_stats.accepted.values.any()  # the chain moves
         return idata.posterior["mu"].values.ravel()
 
     def test_dp_noise_does_not_come_from_random_seed(self):
+        # same random_seed, so the same public proposals: fresh OS-entropy noise must still
+        # give other accept decisions somewhere in 80 iterations (25 was once too few)
         a, b = self._chain(), self._chain()
-        assert not np.array_equal(a, b)  # same random_seed: the noise differs
+        assert not np.array_equal(a, b)
         c, d = self._chain(noise_rng=5), self._chain(noise_rng=5)
         np.testing.assert_array_equal(c, d)  # same noise_rng and random_seed: same chain
 
@@ -222,24 +227,39 @@ class DPStepConformance:
 
     # ---------------------------------------------------------------- 9. invariance
 
-    def _final_states(self, chains: int, iterations: int | None = None, **overrides: Any):
+    def _final_states(
+        self,
+        chains: int,
+        iterations: int | None = None,
+        model: pm.Model | None = None,
+        **overrides: Any,
+    ):
+        """Final states of ``chains`` independent chains started at exact posterior draws.
+
+        They run through ``step.step`` as one reserved chain of ``chains · iterations``
+        iterations (``step.setup_chain`` as PyMC 6 calls it): one reservation instead of one
+        per chain, since ``pm.sample(chains=K)`` reserves per chain and each subsampled
+        reservation composes a PLD (about a second). Chain k + 1 starts at its own draw; no
+        tuning runs, so the only state carried over is the guided walk's direction, whose
+        stationary law is uniform and independent of θ.
+        """
         mean, sd = self.posterior()
+        length = iterations or self.invariance_iterations
         starts = np.random.default_rng(21).normal(mean, sd, chains)
-        model, step = self.build(noise_rng=13, **overrides)
-        with model:
-            idata = pm.sample(
-                step=step,
-                chains=chains,
-                cores=1,
-                tune=0,
-                draws=iterations or self.invariance_iterations,
-                random_seed=17,
-                initvals=[{"mu": np.array(s)} for s in starts],
-                **quiet(),
-            )
-        accepted = idata.sample_stats.accepted.values.mean()
-        assert accepted > 0.05, accepted  # the chains move
-        return idata.posterior["mu"].values[:, -1]
+        _, step = self.build(epsilon=1e8, model=model, noise_rng=13, **overrides)
+        step.setup_chain(np.random.default_rng(17), 0, chains * length)
+        finals, accepted = [], 0
+        for start in starts:
+            point = {"mu": np.array(start)}
+            for _ in range(length):
+                point, stats_ = step.step(point)
+                accepted += bool(stats_[0]["accepted"])
+            finals.append(float(point["mu"]))
+        # the chains move: staying put at exact draws is not what passes the invariance test
+        # (a negative control needs no such check: stuck chains would pass, not fail, it)
+        if model is None and not overrides:
+            assert accepted / (chains * length) > 0.05, accepted
+        return np.array(finals)
 
     @staticmethod
     def _matches(values: np.ndarray, mean: float, sd: float) -> tuple[bool, float, float]:
@@ -256,6 +276,16 @@ class DPStepConformance:
         mean, sd = self.posterior()
         ok, p_mean, p_var = self._matches(self._final_states(200), mean, sd)
         assert ok, (p_mean, p_var)
+
+    @pytest.mark.slow
+    def test_negative_control_a_wrong_prior_is_detected(self):
+        # the invariance check's power, for every variant: the same chains on a model whose
+        # prior sd is twice the posterior's (4/5 of the variance, the mean 4 sds nearer 0,
+        # mild enough that every variant still moves) must fail
+        mean, sd = self.posterior()
+        values = self._final_states(200, model=self.model(prior_sd=2 * sd))
+        ok, p_mean, p_var = self._matches(values, mean, sd)
+        assert not ok, (p_mean, p_var)
 
 
 class PenaltyTermControl:
