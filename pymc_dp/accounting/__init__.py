@@ -20,6 +20,7 @@ See ``docs/accounting.md`` for the maths and the conventions.
 """
 
 from pymc_dp.accounting.budget import BudgetReport, PrivacyBudget
+from pymc_dp.accounting.calibration import calibrate_noise
 from pymc_dp.accounting.costs import (
     BarkerCost,
     ComposedCost,
@@ -72,6 +73,7 @@ __all__ = [
     "barker_base_rdp",
     "barker_epsilon",
     "barker_rdp",
+    "calibrate_noise",
     "compose",
     "compose_epsilon",
     "composition_fits",

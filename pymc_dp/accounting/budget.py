@@ -24,9 +24,11 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from pymc_dp.accounting._checks import check_delta, check_epsilon, check_int
+from pymc_dp.accounting.calibration import calibrate_noise
 from pymc_dp.accounting.costs import (
     PrivacyCost,
     as_cost,
@@ -325,6 +327,30 @@ class PrivacyBudget:
         c = as_cost(cost)
         k = check_int(iterations, "iterations", minimum=0)
         return composition_fits([*self._spending(), (c, k)], self._epsilon, self._delta)
+
+    def calibrate_noise(
+        self,
+        cost_of: Callable[[float], PrivacyCost | float],
+        iterations: int,
+        *,
+        rtol: float = 1e-4,
+    ) -> float:
+        """Smallest noise scale ``s`` for which ``iterations`` of ``cost_of(s)`` still fit.
+
+        Budget-first calibration (:func:`~pymc_dp.accounting.calibrate_noise`) against
+        everything already reserved on this budget's dataset: for Gaussian costs the planned
+        run then spends exactly what is left; it never overshoots.
+
+        Examples
+        --------
+        >>> budget = PrivacyBudget(epsilon=1.0, delta=1e-6)
+        >>> z = budget.calibrate_noise(GaussianCost.from_noise_multiplier, 4 * 1000)
+        >>> budget.iterations(GaussianCost.from_noise_multiplier(z))
+        4000
+        """
+        return calibrate_noise(
+            cost_of, self._epsilon, self._delta, iterations, spent=self._spending(), rtol=rtol
+        )
 
     def iterations_per_chain(self, cost: PrivacyCost | float, chains: int) -> int:
         """Iterations each of ``chains`` chains may run: ``iterations(cost) // chains``.

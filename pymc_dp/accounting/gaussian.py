@@ -240,11 +240,6 @@ def gaussian_epsilon(delta: float | np.ndarray, mu: float | np.ndarray) -> float
     return float(out) if out.ndim == 0 else out
 
 
-def _zcdp_rho(epsilon: float, delta: float) -> float:
-    log_inv = -math.log(delta)
-    return (epsilon / (math.sqrt(epsilon + log_inv) + math.sqrt(log_inv))) ** 2
-
-
 def _capacity_scalar(epsilon: float, delta: float) -> float:
     log_target = math.log(delta * (1.0 - _DELTA_MARGIN))  # the target _fits checks
 
@@ -252,7 +247,8 @@ def _capacity_scalar(epsilon: float, delta: float) -> float:
         return float(_log_delta_array(np.asarray(epsilon), np.asarray(math.exp(u)))) - log_target
 
     # The zCDP capacity is a valid lower bound on the tight capacity (thesis Thm 2.5).
-    lo = math.log(_zcdp_rho(epsilon, delta))
+    log_inv = -math.log(delta)  # log of _zcdp_rho, without underflow for a tiny epsilon
+    lo = 2.0 * (math.log(epsilon) - math.log(math.sqrt(epsilon + log_inv) + math.sqrt(log_inv)))
     while g(lo) > 0.0:
         lo -= 1.0
     hi = lo + 1.0
