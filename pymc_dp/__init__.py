@@ -20,6 +20,7 @@ _EXPORTS = {
     "SelfComposedCost": "pymc_dp.accounting",
     "SubsampledGaussianCost": "pymc_dp.accounting",
     "BarkerVarianceError": "pymc_dp.errors",
+    "ConvergenceWarning": "pymc_dp.errors",
     "BudgetExceededError": "pymc_dp.errors",
     "CoupledRowsError": "pymc_dp.errors",
     "DataChangedError": "pymc_dp.errors",
@@ -35,6 +36,7 @@ _EXPORTS = {
     "ParameterSpace": "pymc_dp.parameter_space",
     "RowLikelihood": "pymc_dp.oracle",
     "attach_privacy_metadata": "pymc_dp.report",
+    "check_convergence": "pymc_dp.convergence",
     "privacy_report": "pymc_dp.report",
     "plan_iterations": "pymc_dp.planning",
     "sample": "pymc_dp.sampling",
@@ -49,6 +51,7 @@ __all__ = [
     "BarkerVarianceError",
     "BudgetExceededError",
     "ComposedCost",
+    "ConvergenceWarning",
     "CoupledRowsError",
     "DPBarker",
     "DPPenalty",
@@ -70,6 +73,7 @@ __all__ = [
     "SubsampledGaussianCost",
     "__version__",
     "attach_privacy_metadata",
+    "check_convergence",
     "plan_iterations",
     "privacy_report",
     "sample",
@@ -84,9 +88,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
         SelfComposedCost,
         SubsampledGaussianCost,
     )
+    from pymc_dp.convergence import check_convergence
     from pymc_dp.errors import (
         BarkerVarianceError,
         BudgetExceededError,
+        ConvergenceWarning,
         CoupledRowsError,
         DataChangedError,
         InitialPointError,

@@ -81,3 +81,11 @@ class BarkerVarianceError(PyMCDPError, RuntimeError):
 
 class PrivacyWarning(UserWarning):
     """A setting is allowed but weakens the privacy guarantee (e.g. δ ≥ 1/n)."""
+
+
+class ConvergenceWarning(UserWarning):
+    """The released draws show a run that has not converged (:mod:`pymc_dp.convergence`).
+
+    The check reads only the released draws and their private statistics, so it costs no
+    privacy; it says what to change (a larger ε, more rows, fewer parameters).
+    """

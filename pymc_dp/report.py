@@ -15,6 +15,7 @@ import numpy as np
 
 from pymc_dp._compat import group_names
 from pymc_dp.accounting import gaussian_epsilon
+from pymc_dp.convergence import check_convergence
 from pymc_dp.errors import InvalidParameterError, PrivacyLeakError
 
 __all__ = ["attach_privacy_metadata", "privacy_report"]
@@ -269,6 +270,7 @@ def privacy_report(idata: az.InferenceData, *, show: bool = True) -> dict[str, A
     }
     params = ", ".join(f"{k[3:]}={v}" for k, v in meta.items() if k not in skip)
     lines.append(f"parameters: {params}")
+    lines.append(check_convergence(idata).summary())  # from the released draws: free
     if show:
         print("\n".join(lines))
     return meta

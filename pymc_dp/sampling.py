@@ -14,16 +14,22 @@ What plain ``pm.sample(step=dp_step)`` does with the private data, and what this
 * Free variables outside the DP step would go to NUTS on the raw data: refused by the step, and
   so is a compound of the DP step with any non-DP step (at the chain's first iteration).
 * Row data changed with ``pm.set_data`` after the step was built: refused before sampling.
+
+After sampling, the released draws are checked for convergence (R̂, bulk ESS, acceptance,
+divergences: post-processing, no privacy cost) and a :class:`~pymc_dp.ConvergenceWarning` says
+plainly when they are not a usable posterior (:mod:`pymc_dp.convergence`).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import arviz as az
 import pymc as pm
 
-from pymc_dp.errors import InvalidParameterError, PrivacyLeakError
+from pymc_dp.convergence import check_convergence
+from pymc_dp.errors import ConvergenceWarning, InvalidParameterError, PrivacyLeakError
 from pymc_dp.planning import plan_iterations
 from pymc_dp.report import attach_privacy_metadata
 from pymc_dp.step_methods.base import DPStep
@@ -90,7 +96,11 @@ def sample(
             **kwargs,
         )
     # drops observed_data / constant_data / log_likelihood and labels the release
-    return attach_privacy_metadata(idata, step, chains=chains, tune=n_tune, draws=n_draws)
+    release = attach_privacy_metadata(idata, step, chains=chains, tune=n_tune, draws=n_draws)
+    check = check_convergence(release)  # post-processing of the release: free
+    if not check.converged:
+        warnings.warn(check.summary(), ConvergenceWarning, stacklevel=2)
+    return release
 
 
 def _refuse_leaky_options(kwargs: dict[str, Any]) -> None:

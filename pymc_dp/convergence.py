@@ -1,0 +1,132 @@
+"""Honest warnings for free: is the released posterior usable? (issue 17)
+
+R̂, the bulk effective sample size, the acceptance rate and the share of diverging iterations
+computed from the *released* draws and their private statistics are post-processing of a
+differentially private release, so checking them costs no privacy. :func:`check_convergence`
+computes them; :func:`pymc_dp.sample` warns (:class:`~pymc_dp.errors.ConvergenceWarning`) and
+:func:`pymc_dp.privacy_report` prints the verdict, so that a run whose chains never mixed, or
+whose draws all diverged, never comes back looking clean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ConvergenceCheck", "check_convergence"]
+
+#: thresholds: R̂ above, bulk ESS below, acceptance below, divergences above → not converged
+RHAT_MAX = 1.05
+ESS_MIN = 100.0
+ACCEPTANCE_MIN = 0.02
+DIVERGING_MAX = 0.5
+
+_ADVICE = (
+    "The draws are not a usable posterior. What helps: a larger epsilon, more rows, or fewer "
+    "parameters. At a fixed budget, sampling longer does not help: every iteration then gets "
+    "more noise."
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvergenceCheck:
+    """Convergence diagnostics of a release (all computed from released values)."""
+
+    chains: int
+    draws: int
+    rhat_max: float  # NaN for one chain
+    ess_bulk_min: float
+    acceptance: float  # NaN when the step records no acceptance
+    diverging: float  # share of diverging iterations (0 when the step has none)
+    problems: tuple[str, ...]
+
+    @property
+    def converged(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        """One line for reports."""
+        numbers = (
+            f"R̂ max {self.rhat_max:.3g}, bulk ESS min {self.ess_bulk_min:.3g}, "
+            f"acceptance {self.acceptance:.2f}, diverging {self.diverging:.0%}"
+        )
+        if self.converged:
+            return f"convergence: no problem found ({numbers})"
+        return f"NOT CONVERGED: {'; '.join(self.problems)} ({numbers}). {_ADVICE}"
+
+
+def _group(idata: Any, name: str) -> Any:
+    try:
+        group = idata[name]
+    except (KeyError, TypeError):
+        return None
+    return getattr(group, "ds", group)  # DataTree node (ArviZ 1) or Dataset
+
+
+def _stacked(dataset: Any) -> np.ndarray:
+    """All scalar components of every variable as ``(chains, draws, k)``."""
+    parts = []
+    for name in dataset.data_vars:
+        values = np.asarray(dataset[name].values, dtype=float)
+        parts.append(values.reshape(values.shape[0], values.shape[1], -1))
+    return np.concatenate(parts, axis=2)
+
+
+def _diagnostics(draws: np.ndarray) -> tuple[float, float]:
+    """Largest R̂ and smallest bulk ESS over the components of ``(chains, draws, k)``."""
+    import arviz as az
+
+    rhat, ess = [], []
+    for j in range(draws.shape[2]):
+        x = draws[:, :, j]
+        if not np.all(np.isfinite(x)):
+            return math.inf, 0.0
+        if np.ptp(x) == 0.0:  # a component that never moved
+            rhat.append(math.inf if x.shape[0] > 1 else math.nan)
+            ess.append(1.0)
+            continue
+        if x.shape[0] > 1:
+            rhat.append(float(az.rhat(x)))
+        ess.append(float(az.ess(x, method="bulk")))
+    return (max(rhat) if rhat else math.nan), min(ess)
+
+
+def check_convergence(
+    idata: Any,
+    *,
+    rhat_max: float = RHAT_MAX,
+    ess_min: float = ESS_MIN,
+    acceptance_min: float = ACCEPTANCE_MIN,
+    diverging_max: float = DIVERGING_MAX,
+) -> ConvergenceCheck:
+    """Diagnose the released draws of ``idata`` (InferenceData or DataTree).
+
+    A problem is reported when R̂ (rank-normalised split R̂, several chains only) exceeds
+    ``rhat_max``, the bulk ESS of some component is below ``ess_min``, the acceptance rate after
+    tuning is below ``acceptance_min``, or more than ``diverging_max`` of the iterations
+    diverged. Post-processing of the release: no privacy cost.
+    """
+    posterior = _group(idata, "posterior")
+    stats = _group(idata, "sample_stats")
+    draws = _stacked(posterior)
+    chains, n_draws = draws.shape[0], draws.shape[1]
+    rhat, ess = _diagnostics(draws)
+    acceptance = math.nan
+    diverging = 0.0
+    if stats is not None and "accepted" in stats.data_vars:
+        acceptance = float(np.mean(stats["accepted"].values))
+    if stats is not None and "diverging" in stats.data_vars:
+        diverging = float(np.mean(stats["diverging"].values))
+    problems = []
+    if diverging > diverging_max:
+        problems.append(f"{diverging:.0%} of the iterations diverged")
+    if acceptance < acceptance_min:
+        problems.append(f"acceptance rate {acceptance:.3f} (the chains hardly move)")
+    if rhat > rhat_max:
+        problems.append(f"R̂ up to {rhat:.3g} (the chains disagree)")
+    if ess < ess_min:
+        problems.append(f"bulk effective sample size down to {ess:.3g}")
+    return ConvergenceCheck(chains, n_draws, rhat, ess, acceptance, diverging, tuple(problems))

@@ -1,0 +1,94 @@
+"""Honest warnings for free: a release that is not a usable posterior says so."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+import xarray as xr
+
+import pymc_dp
+from pymc_dp.convergence import check_convergence
+
+
+def release(posterior: np.ndarray, **stats: np.ndarray) -> dict[str, xr.Dataset]:
+    """The groups check_convergence reads, as a mapping of datasets."""
+    dims = ("chain", "draw")
+    return {
+        "posterior": xr.Dataset({"mu": (dims, posterior)}),
+        "sample_stats": xr.Dataset({k: (dims, v) for k, v in stats.items()}),
+    }
+
+
+def test_independent_draws_pass():
+    draws = np.random.default_rng(0).normal(size=(4, 500))
+    check = check_convergence(release(draws, accepted=np.ones((4, 500), bool)))
+    assert check.converged, check
+    assert check.rhat_max < 1.02 and check.ess_bulk_min > 1000
+    assert check.summary().startswith("convergence: no problem found")
+
+
+def test_chains_that_disagree_fail():
+    rng = np.random.default_rng(1)
+    draws = rng.normal(size=(4, 500)) + np.arange(4)[:, None]  # each chain elsewhere
+    check = check_convergence(release(draws, accepted=np.ones((4, 500), bool)))
+    assert not check.converged
+    assert any("R̂" in p for p in check.problems) and check.rhat_max > 1.5
+
+
+def test_a_chain_that_never_moves_fails():
+    draws = np.zeros((1, 300))  # one chain: no R̂, but no effective draws either
+    check = check_convergence(release(draws, accepted=np.zeros((1, 300), bool)))
+    assert not check.converged
+    assert np.isnan(check.rhat_max)
+    assert any("acceptance" in p for p in check.problems)
+    assert any("effective sample size" in p for p in check.problems)
+
+
+def test_all_divergent_draws_never_look_clean():
+    draws = np.random.default_rng(2).normal(size=(4, 500))  # the draws alone look fine
+    check = check_convergence(
+        release(draws, accepted=np.ones((4, 500), bool), diverging=np.ones((4, 500), bool))
+    )
+    assert not check.converged and "100% of the iterations diverged" in check.summary()
+
+
+def normal_mean_step(seed: int, n: int, epsilon: float, **options: float) -> pymc_dp.DPPenalty:
+    """DPPenalty on a Normal-mean model, as PyMC's docs write one."""
+    data = np.random.default_rng(seed).normal(1.0, 1.0, n)
+    with pm.Model():
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("y", mu, 1.0, observed=data)
+        budget = pymc_dp.PrivacyBudget(epsilon=epsilon, delta=1e-6)
+        return pymc_dp.DPPenalty(budget=budget, **options)
+
+
+def test_pymc_dp_sample_warns_and_the_report_says_so(capsys):
+    # ε = 0.1, so huge noise per iteration: the chains never move from PyMC's start
+    step = normal_mean_step(3, 500, 0.1, llr_clip=5.0, noise_multiplier=300.0, proposal_scale=0.05)
+    with pytest.warns(pymc_dp.ConvergenceWarning, match="NOT CONVERGED.*larger epsilon"):
+        idata = pymc_dp.sample(
+            step, chains=2, cores=1, progressbar=False, compute_convergence_checks=False
+        )
+    pymc_dp.privacy_report(idata)
+    assert "NOT CONVERGED" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_a_converged_release_raises_no_warning(capsys):
+    step = normal_mean_step(4, 400, 1e4, llr_clip=6.0, noise_multiplier=4.0, proposal_scale=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pymc_dp.ConvergenceWarning)
+        idata = pymc_dp.sample(
+            step,
+            chains=4,
+            tune=100,
+            draws=1500,
+            cores=1,
+            initvals={"mu": np.array(1.0)},
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    pymc_dp.privacy_report(idata)
+    assert capsys.readouterr().out.splitlines()[-1].startswith("convergence: no problem found")
