@@ -29,6 +29,7 @@ releases nothing.
 from __future__ import annotations
 
 import collections
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -50,6 +51,7 @@ from pymc_dp.releases import BarkerDecision, Release
 
 __all__ = [
     "BarkerTest",
+    "GradNormHistogram",
     "GradientRelease",
     "LLRRelease",
     "Mechanism",
@@ -351,6 +353,45 @@ class GradientRelease(_NoisySum):
         noise = self.channel.noise.normal(sigma, clipped.value.shape[0])
         t = self.temperature
         return Release(t * (clipped.value + noise), t * sigma, clipped.n_clipped)
+
+
+class GradNormHistogram(Mechanism):
+    """Noisy histogram of the per-row gradient norms ``‖∇_θ ℓ_i(θ)‖₂`` (private clip choice).
+
+    Counts over the bins of ``edges`` (see :meth:`RowLikelihood.grad_norm_counts`) plus
+    ``N(0, σ² I)``, ``σ = z·√2``: substituting one row moves at most one count from one bin to
+    another, an L2 change of at most ``√2``. Event: one Gaussian mechanism, PLD parameter
+    ``1/(2z²)``. A quantile of the released counts
+    (:func:`pymc_dp.releases.quantile_from_counts`) is post-processing.
+    """
+
+    def __init__(
+        self, channel: PrivateChannel, *, edges: np.ndarray, noise_multiplier: float
+    ) -> None:
+        super().__init__(channel)
+        edges = np.asarray(edges, dtype=float)
+        if edges.ndim != 1 or edges.size < 1 or not np.all(np.diff(edges) > 0):
+            raise InvalidParameterError(
+                f"edges must be a strictly increasing 1-d array of norms; got {edges!r}."
+            )
+        self.edges = edges
+        self.noise_multiplier = float(noise_multiplier)
+        self._finish()
+
+    @property
+    def event(self) -> PrivacyCost:
+        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
+
+    def __call__(self, theta: np.ndarray) -> Release:
+        space = self.channel.space
+        if not space.in_support(theta):
+            raise InvalidParameterError(
+                "the gradient-norm histogram needs a point inside the model's support."
+            )
+        self._record()  # checked against the reservation before the data are read
+        counts = self._oracle.grad_norm_counts(theta, self.edges)
+        sigma = self.noise_multiplier * math.sqrt(2.0)
+        return Release(counts + self.channel.noise.normal(sigma, counts.size), sigma, None)
 
 
 def _check_batch(batch_size: int, n_rows: int) -> None:

@@ -921,6 +921,25 @@ class RowLikelihood:
         parts = [self._private_call(fn, theta, *chunk) for chunk in self._chunks(rows, True)]
         return np.concatenate(parts) if parts else np.zeros((0, self.ndim))
 
+    def grad_norm_counts(self, theta: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        """Rows whose log-likelihood gradient norm ``‖∇_θ ℓ_i(θ)‖₂`` falls in each bin.
+
+        Bin ``0`` is ``≤ edges[0]``, bin ``k`` is ``(edges[k-1], edges[k]]``, the last bin is
+        ``> edges[-1]`` (non-finite norms included). Exact counts, so NOT private: only
+        :class:`pymc_dp.mechanisms.GradNormHistogram` releases them, with noise. Chunked: the
+        ``(n, d)`` gradient matrix is never held at once.
+        """
+        theta = self.space.as_theta(theta)
+        edges = np.asarray(edges, dtype=float)
+        fn = self._grad_rows_fn()
+        counts = np.zeros(edges.size + 1, dtype=np.int64)
+        for chunk in self._chunks(None, True):
+            norms = np.linalg.norm(self._private_call(fn, theta, *chunk), axis=1)
+            norms = np.where(np.isfinite(norms), norms, np.inf)
+            bins = np.searchsorted(edges, norms, side="left")
+            counts += np.bincount(bins, minlength=edges.size + 1)
+        return counts
+
     # ------------------------------------------------------------------ helpers
 
     def _grad_rows_fn(self) -> pytensor.compile.function.types.Function:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["BarkerDecision", "Release", "clip_ratio", "count_clipped"]
+__all__ = ["BarkerDecision", "Release", "clip_ratio", "count_clipped", "quantile_from_counts"]
 
 
 class Release(NamedTuple):
@@ -53,3 +53,19 @@ def clip_ratio(ratio: np.ndarray, bound: float) -> np.ndarray:
 def count_clipped(ratio: np.ndarray, bound: float) -> int:
     """Rows whose ratio :func:`clip_ratio` changes: ``|r| > B``, and NaN. NOT private."""
     return int(np.sum(~(np.abs(np.asarray(ratio, dtype=float)) <= bound)))
+
+
+def quantile_from_counts(counts: np.ndarray, edges: np.ndarray, quantile: float) -> float:
+    """The smallest edge below which a share ``quantile`` of the (noisy) counts lies.
+
+    ``counts`` has one more entry than ``edges`` (bin ``k`` is ``(edges[k-1], edges[k]]``, the
+    last is above every edge), as released by a noisy histogram; post-processing only. Negative
+    noisy counts are kept (dropping them would bias the sum); the total is that of the noisy
+    counts. Returns ``edges[-1]`` when no edge reaches the quantile.
+    """
+    counts = np.asarray(counts, dtype=float)
+    edges = np.asarray(edges, dtype=float)
+    cumulative = np.cumsum(counts[:-1])
+    total = float(counts.sum())
+    reached = np.nonzero(cumulative >= quantile * total)[0]
+    return float(edges[reached[0]]) if reached.size else float(edges[-1])

@@ -24,12 +24,14 @@ from pymc_dp.errors import BudgetExceededError, InvalidParameterError, ReadOnlyP
 from pymc_dp.mechanisms import (
     BarkerTest,
     GradientRelease,
+    GradNormHistogram,
     LLRRelease,
     MinibatchLLRRelease,
     PrivateChannel,
     ReleaseCounter,
 )
 from pymc_dp.noise import NoiseSource
+from pymc_dp.releases import quantile_from_counts
 from pymc_dp.testing import Banana
 
 SPEC = Banana(d=2, a=0.0)
@@ -137,3 +139,69 @@ def test_a_new_chain_gets_its_own_noise_and_counter():
     a = release(mean, mean + 0.1).value
     ch.start_chain(NoiseSource(1))
     assert release(mean, mean + 0.1).value == a  # the chain's noise source decides the noise
+
+
+# ------------------------------------------------------------------ gradient-norm histogram
+
+EDGES = np.geomspace(0.05, 50.0, 31)
+
+
+def test_the_norm_counts_are_the_histogram_of_the_per_row_gradient_norms():
+    oracle, mean = oracle_and_mean()
+    for theta in (mean, mean + 0.5):
+        norms = np.linalg.norm(oracle.grad_rows(theta), axis=1)
+        expected = np.bincount(np.searchsorted(EDGES, norms), minlength=EDGES.size + 1)
+        np.testing.assert_array_equal(oracle.grad_norm_counts(theta, EDGES), expected)
+
+
+def test_substituting_one_row_moves_the_norm_counts_by_at_most_root_two():
+    data = SPEC.simulate(60, np.random.default_rng(5))
+    _, mean = oracle_and_mean()
+    thetas = [mean, mean + np.array([0.7, -0.4])]
+    base = RowLikelihood(SPEC.model(data))
+    rng = np.random.default_rng(6)
+    moved = 0
+    for _ in range(4):  # neighbours: one row replaced by an arbitrary (even extreme) row
+        other = data.copy()
+        other[rng.integers(60)] = rng.normal(0.0, 20.0, SPEC.d)
+        neighbour = RowLikelihood(SPEC.model(other))
+        for theta in thetas:
+            a, b = base.grad_norm_counts(theta, EDGES), neighbour.grad_norm_counts(theta, EDGES)
+            assert a.sum() == b.sum() == 60
+            assert np.linalg.norm(a - b) <= np.sqrt(2) + 1e-12
+            moved += int(np.any(a != b))
+    assert moved  # the substitutions did move rows between bins
+
+
+def test_the_norm_histogram_is_accounted_before_reading_and_has_its_noise():
+    ch = channel()
+    oracle, mean = oracle_and_mean()
+    histogram = GradNormHistogram(ch, edges=EDGES, noise_multiplier=3.0)
+    assert histogram.event == GaussianCost(1 / 18)
+    ch.counter.allow(GaussianCost(1 / 18), 0)  # a reservation that covers nothing
+    reads = ch.reads
+    with pytest.raises(BudgetExceededError):
+        histogram(mean)
+    assert ch.reads == reads
+    ch.start_chain(NoiseSource(1))
+    exact = oracle.grad_norm_counts(mean, EDGES)
+    noise = np.array([histogram(mean).value - exact for _ in range(300)])
+    assert histogram(mean).noise_std == pytest.approx(3.0 * np.sqrt(2))
+    assert noise.std() == pytest.approx(3.0 * np.sqrt(2), rel=0.05)  # 9600 draws
+    assert abs(noise.mean()) < 0.2
+
+
+def test_a_quantile_of_the_counts_is_the_grid_point_at_or_above_the_quantile():
+    norms = np.random.default_rng(7).lognormal(0.0, 1.0, 5000)
+    counts = np.bincount(np.searchsorted(EDGES, norms), minlength=EDGES.size + 1)
+    for q in (0.5, 0.9, 0.99):
+        edge = quantile_from_counts(counts, EDGES, q)
+        assert np.mean(norms <= edge) >= q  # at least the share q lies below it
+        lower = EDGES[np.searchsorted(EDGES, edge) - 1]
+        assert np.mean(norms <= lower) < q  # and the grid point below does not reach it
+    assert quantile_from_counts(np.r_[np.zeros(EDGES.size), 10.0], EDGES, 0.5) == EDGES[-1]
+
+
+def test_bad_histogram_edges_are_refused():
+    with pytest.raises(InvalidParameterError, match="strictly increasing"):
+        GradNormHistogram(channel(), edges=[1.0, 1.0, 2.0], noise_multiplier=1.0)
