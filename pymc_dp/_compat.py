@@ -81,6 +81,15 @@ def group_names(idata: Any) -> list[str]:
     return list(idata.children)
 
 
+def group_dataset(idata: Any, name: str) -> Any:
+    """Group ``name`` of an ``InferenceData`` or ``DataTree`` as a dataset (``None`` if absent)."""
+    try:
+        group = idata[name]
+    except (KeyError, TypeError):
+        return None
+    return getattr(group, "ds", group)  # DataTree node (ArviZ 1) or Dataset
+
+
 def add_group(idata: Any, name: str, dataset: Any) -> None:
     """Add ``dataset`` (an ``xarray.Dataset``) as group ``name``."""
     if ARVIZ_1:

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from pymc_dp._compat import group_dataset
+
 __all__ = ["ConvergenceCheck", "check_convergence"]
 
 #: thresholds: R̂ above, bulk ESS below, acceptance below, divergences above → not converged
@@ -56,14 +58,6 @@ class ConvergenceCheck:
         if self.converged:
             return f"convergence: no problem found ({numbers})"
         return f"NOT CONVERGED: {'; '.join(self.problems)} ({numbers}). {_ADVICE}"
-
-
-def _group(idata: Any, name: str) -> Any:
-    try:
-        group = idata[name]
-    except (KeyError, TypeError):
-        return None
-    return getattr(group, "ds", group)  # DataTree node (ArviZ 1) or Dataset
 
 
 def _stacked(dataset: Any) -> np.ndarray:
@@ -109,8 +103,8 @@ def check_convergence(
     tuning is below ``acceptance_min``, or more than ``diverging_max`` of the iterations
     diverged. Post-processing of the release: no privacy cost.
     """
-    posterior = _group(idata, "posterior")
-    stats = _group(idata, "sample_stats")
+    posterior = group_dataset(idata, "posterior")
+    stats = group_dataset(idata, "sample_stats")
     draws = _stacked(posterior)
     chains, n_draws = draws.shape[0], draws.shape[1]
     rhat, ess = _diagnostics(draws)
