@@ -360,13 +360,23 @@ class GradNormHistogram(Mechanism):
 
     Counts over the bins of ``edges`` (see :meth:`RowLikelihood.grad_norm_counts`) plus
     ``N(0, σ² I)``, ``σ = z·√2``: substituting one row moves at most one count from one bin to
-    another, an L2 change of at most ``√2``. Event: one Gaussian mechanism, PLD parameter
+    another, an L2 change of at most ``√2``. With ``m`` ``directions`` (public unit vectors
+    ``u_k``) the values counted are the directional derivatives ``|∇_θ ℓ_i(θ)·u_k|``, ``m``
+    per row: one row's ``m`` values may all sit in one bin before and all in another after, an
+    L2 change of ``√2·m`` (the most: the removed and added count vectors each have L2 norm at
+    most ``m``), so ``σ = z·√2·m``. Event: one Gaussian mechanism, PLD parameter
     ``1/(2z²)``. A quantile of the released counts
-    (:func:`pymc_dp.releases.quantile_from_counts`) is post-processing.
+    (:func:`pymc_dp.releases.quantile_from_counts`, :func:`~pymc_dp.releases.clip_from_counts`)
+    is post-processing.
     """
 
     def __init__(
-        self, channel: PrivateChannel, *, edges: np.ndarray, noise_multiplier: float
+        self,
+        channel: PrivateChannel,
+        *,
+        edges: np.ndarray,
+        noise_multiplier: float,
+        directions: np.ndarray | None = None,
     ) -> None:
         super().__init__(channel)
         edges = np.asarray(edges, dtype=float)
@@ -374,9 +384,24 @@ class GradNormHistogram(Mechanism):
             raise InvalidParameterError(
                 f"edges must be a strictly increasing 1-d array of norms; got {edges!r}."
             )
+        if directions is not None:
+            directions = np.atleast_2d(np.asarray(directions, dtype=float))
+            norms = np.linalg.norm(directions, axis=1)
+            if directions.shape[1] != channel.space.ndim or not np.allclose(norms, 1.0):
+                raise InvalidParameterError(
+                    f"directions must be unit vectors of length {channel.space.ndim}, one per "
+                    f"row of an (m, {channel.space.ndim}) array."
+                )
         self.edges = edges
+        self.directions = directions
         self.noise_multiplier = float(noise_multiplier)
         self._finish()
+
+    @property
+    def sensitivity(self) -> float:
+        """L2 sensitivity of the counts: ``√2``, or ``√2·m`` with ``m`` directions."""
+        m = 1 if self.directions is None else self.directions.shape[0]
+        return math.sqrt(2.0) * m
 
     @property
     def event(self) -> PrivacyCost:
@@ -389,8 +414,8 @@ class GradNormHistogram(Mechanism):
                 "the gradient-norm histogram needs a point inside the model's support."
             )
         self._record()  # checked against the reservation before the data are read
-        counts = self._oracle.grad_norm_counts(theta, self.edges)
-        sigma = self.noise_multiplier * math.sqrt(2.0)
+        counts = self._oracle.grad_norm_counts(theta, self.edges, self.directions)
+        sigma = self.noise_multiplier * self.sensitivity
         return Release(counts + self.channel.noise.normal(sigma, counts.size), sigma, None)
 
 

@@ -921,20 +921,28 @@ class RowLikelihood:
         parts = [self._private_call(fn, theta, *chunk) for chunk in self._chunks(rows, True)]
         return np.concatenate(parts) if parts else np.zeros((0, self.ndim))
 
-    def grad_norm_counts(self, theta: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    def grad_norm_counts(
+        self, theta: np.ndarray, edges: np.ndarray, directions: np.ndarray | None = None
+    ) -> np.ndarray:
         """Rows whose log-likelihood gradient norm ``‖∇_θ ℓ_i(θ)‖₂`` falls in each bin.
 
         Bin ``0`` is ``≤ edges[0]``, bin ``k`` is ``(edges[k-1], edges[k]]``, the last bin is
-        ``> edges[-1]`` (non-finite norms included). Exact counts, so NOT private: only
-        :class:`pymc_dp.mechanisms.GradNormHistogram` releases them, with noise. Chunked: the
-        ``(n, d)`` gradient matrix is never held at once.
+        ``> edges[-1]`` (non-finite norms included). With ``directions`` (an ``(m, d)`` array of
+        unit vectors) the values counted are the ``m`` directional derivatives
+        ``|∇_θ ℓ_i(θ) · u_k|`` of every row instead (``m n`` values). Exact counts, so NOT
+        private: only :class:`pymc_dp.mechanisms.GradNormHistogram` releases them, with noise.
+        Chunked: the ``(n, d)`` gradient matrix is never held at once.
         """
         theta = self.space.as_theta(theta)
         edges = np.asarray(edges, dtype=float)
         fn = self._grad_rows_fn()
         counts = np.zeros(edges.size + 1, dtype=np.int64)
         for chunk in self._chunks(None, True):
-            norms = np.linalg.norm(self._private_call(fn, theta, *chunk), axis=1)
+            grads = self._private_call(fn, theta, *chunk)
+            if directions is None:
+                norms = np.linalg.norm(grads, axis=1)
+            else:
+                norms = np.abs(grads @ np.asarray(directions, dtype=float).T).ravel()
             norms = np.where(np.isfinite(norms), norms, np.inf)
             bins = np.searchsorted(edges, norms, side="left")
             counts += np.bincount(bins, minlength=edges.size + 1)

@@ -17,7 +17,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["BarkerDecision", "Release", "clip_ratio", "count_clipped", "quantile_from_counts"]
+__all__ = [
+    "BarkerDecision",
+    "Release",
+    "clip_from_counts",
+    "clip_ratio",
+    "count_clipped",
+    "mean_square_from_counts",
+    "quantile_from_counts",
+]
 
 
 class Release(NamedTuple):
@@ -69,3 +77,56 @@ def quantile_from_counts(counts: np.ndarray, edges: np.ndarray, quantile: float)
     total = float(counts.sum())
     reached = np.nonzero(cumulative >= quantile * total)[0]
     return float(edges[reached[0]]) if reached.size else float(edges[-1])
+
+
+def _visible(counts: np.ndarray, noise_std: float, threshold: float) -> np.ndarray:
+    """Noisy counts with the bins that noise alone could explain (``≤ threshold · σ``) zeroed."""
+    counts = np.asarray(counts, dtype=float)
+    return np.where(counts > threshold * noise_std, counts, 0.0)
+
+
+def clip_from_counts(
+    counts: np.ndarray,
+    edges: np.ndarray,
+    noise_std: float,
+    n_rows: int,
+    *,
+    threshold: float = 4.0,
+    tail_share: float = 1e-4,
+    margin: float = 1.0,
+) -> float:
+    """A clip bound above all but a handful of rows, from a noisy histogram of norms.
+
+    Post-processing of :class:`~pymc_dp.mechanisms.GradNormHistogram`'s release. Bins whose
+    noisy count is at most ``threshold · σ`` are treated as empty (with 82 bins and
+    ``threshold = 4`` a bin of pure noise survives with probability ``3·10⁻⁵`` each); from the
+    rest, the rows above each edge are counted, and the bound is ``margin`` times the smallest
+    edge with at most ``τ = max(2σ, tail_share · n)`` rows above it. The bias that clipping adds
+    grows with the clipped rows' total excess, so the rule aims at the far tail (the measured
+    quickstart logistic regression: clipping 1 % of rows moved the posterior by about 2 sd at
+    n = 10⁵, clipping 0.05 % by less than 0.3 sd). Returns ``nan`` when no bin is visible (too
+    few rows for the noise).
+    """
+    visible = _visible(counts, noise_std, threshold)
+    edges = np.asarray(edges, dtype=float)
+    if not np.any(visible > 0):
+        return float("nan")
+    above = np.cumsum(visible[::-1])[::-1][1:]  # above[k]: rows in the bins above edges[k]
+    allowed = max(2.0 * noise_std, tail_share * n_rows)
+    fits = np.nonzero(above <= allowed)[0]
+    return margin * float(edges[fits[0]]) if fits.size else float("inf")
+
+
+def mean_square_from_counts(counts: np.ndarray, edges: np.ndarray, noise_std: float) -> float:
+    """``E‖g‖²`` over the rows, from a noisy histogram of norms (post-processing).
+
+    Each visible bin (as in :func:`clip_from_counts`) counts at the geometric middle of its
+    edges; the bin below the first edge at that edge, the bin above the last at the last edge.
+    ``nan`` when no bin is visible.
+    """
+    visible = _visible(counts, noise_std, 4.0)
+    edges = np.asarray(edges, dtype=float)
+    if not np.any(visible > 0):
+        return float("nan")
+    middles = np.concatenate([[edges[0]], np.sqrt(edges[:-1] * edges[1:]), [edges[-1]]])
+    return float(np.sum(visible * middles**2) / np.sum(visible))

@@ -31,7 +31,7 @@ from pymc_dp.mechanisms import (
     ReleaseCounter,
 )
 from pymc_dp.noise import NoiseSource
-from pymc_dp.releases import quantile_from_counts
+from pymc_dp.releases import clip_from_counts, mean_square_from_counts, quantile_from_counts
 from pymc_dp.testing import Banana
 
 SPEC = Banana(d=2, a=0.0)
@@ -205,3 +205,63 @@ def test_a_quantile_of_the_counts_is_the_grid_point_at_or_above_the_quantile():
 def test_bad_histogram_edges_are_refused():
     with pytest.raises(InvalidParameterError, match="strictly increasing"):
         GradNormHistogram(channel(), edges=[1.0, 1.0, 2.0], noise_multiplier=1.0)
+
+
+DIRECTIONS = np.array([[1.0, 0.0], [0.6, -0.8], [-0.28, 0.96]])
+
+
+def test_the_slope_counts_are_the_histogram_of_the_directional_derivatives():
+    oracle, mean = oracle_and_mean()
+    slopes = np.abs(oracle.grad_rows(mean + 0.3) @ DIRECTIONS.T).ravel()
+    expected = np.bincount(np.searchsorted(EDGES, slopes), minlength=EDGES.size + 1)
+    counts = oracle.grad_norm_counts(mean + 0.3, EDGES, DIRECTIONS)
+    np.testing.assert_array_equal(counts, expected)
+
+
+def test_substituting_one_row_moves_the_slope_counts_by_at_most_root_two_times_m():
+    data = SPEC.simulate(60, np.random.default_rng(8))
+    _, mean = oracle_and_mean()
+    base = RowLikelihood(SPEC.model(data))
+    rng = np.random.default_rng(9)
+    m = DIRECTIONS.shape[0]
+    largest = 0.0
+    for _ in range(6):
+        other = data.copy()
+        other[rng.integers(60)] = rng.normal(0.0, 20.0, SPEC.d)
+        neighbour = RowLikelihood(SPEC.model(other))
+        for theta in (mean, mean + np.array([0.7, -0.4])):
+            a = base.grad_norm_counts(theta, EDGES, DIRECTIONS)
+            b = neighbour.grad_norm_counts(theta, EDGES, DIRECTIONS)
+            assert a.sum() == b.sum() == 60 * m
+            largest = max(largest, float(np.linalg.norm(a - b)))
+    assert 0 < largest <= np.sqrt(2) * m + 1e-12
+    assert largest > np.sqrt(2 * m)  # √(2m) would be too small: all m values can move together
+    ch = channel()
+    histogram = GradNormHistogram(ch, edges=EDGES, noise_multiplier=2.0, directions=DIRECTIONS)
+    assert histogram.sensitivity == pytest.approx(np.sqrt(2) * m)
+    assert histogram.event == GaussianCost(1 / 8)  # μ = 1/(2z²) whatever m: σ scales with m
+    assert histogram(mean).noise_std == pytest.approx(2.0 * np.sqrt(2) * m)
+    with pytest.raises(InvalidParameterError, match="unit vectors"):
+        GradNormHistogram(ch, edges=EDGES, noise_multiplier=2.0, directions=2 * DIRECTIONS)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_clip_rule_leaves_at_most_its_allowance_of_rows_above(seed):
+    rng = np.random.default_rng(seed)
+    n = 20_000
+    norms = rng.lognormal(0.0, rng.uniform(0.3, 1.5), n)
+    exact = np.bincount(np.searchsorted(EDGES, norms), minlength=EDGES.size + 1).astype(float)
+    sigma = 5.0
+    noisy = exact + rng.normal(0.0, sigma, exact.size)
+    bound = clip_from_counts(noisy, EDGES, sigma, n, tail_share=1e-3)
+    allowance = max(2 * sigma, 1e-3 * n)
+    # bins under the 4σ threshold are invisible: at most that many rows per bin above may hide
+    hidden = 4 * sigma * EDGES.size
+    assert np.sum(norms > bound) <= allowance + hidden
+    assert bound in EDGES or np.isinf(bound)
+    below = EDGES[np.searchsorted(EDGES, bound) - 1]
+    assert np.sum(norms > below) > allowance - 4 * sigma * 3  # not needlessly high
+    msq = mean_square_from_counts(noisy, EDGES, sigma)
+    ratio = EDGES[1] / EDGES[0]
+    assert np.mean(norms**2) / ratio**1.5 <= msq <= np.mean(norms**2) * ratio**1.5
+    assert np.isnan(clip_from_counts(np.zeros(EDGES.size + 1), EDGES, sigma, n))

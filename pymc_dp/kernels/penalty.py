@@ -4,10 +4,15 @@ From ``θ``:
 
 1. propose ``θ'``: Gaussian random walk ``N(θ, diag(s²))``; with one-component updates (OCU) only
    one uniformly chosen coordinate ``j`` moves; the guided walk (GWMH) is OCU where coordinate
-   ``j`` carries a direction ``d_j ∈ {−1, +1}`` and moves by ``d_j · |s_j ξ|``;
-2. ``λ = T · R(θ, θ') + log p(θ') − log p(θ)`` (all three proposals are symmetric in the
+   ``j`` carries a direction ``d_j ∈ {−1, +1}`` and moves by ``d_j · |s_j ξ|``. With an
+   *independence* proposal ``q`` (a public multivariate t around a public centre, e.g. the
+   private initialisation's Laplace approximation), each iteration proposes ``θ' ~ q`` with
+   probability ``p`` and a random-walk move otherwise (a mixture of two kernels, each
+   reversible with its own test: the choice does not depend on the state);
+2. ``λ = T · R(θ, θ') + log p(θ') − log p(θ)`` (all three local proposals are symmetric in the
    quantities that matter: the random walk and OCU exactly, GWMH on the extended space with the
-   direction flipped, as in Gustafson 1998);
+   direction flipped, as in Gustafson 1998), plus ``log q(θ) − log q(θ')`` for an
+   independence proposal (Hastings);
 3. the mechanism releases ``T · R + ξ`` with ``ξ ~ N(0, σ²)``, ``σ = z · 2 T b_l ‖θ' − θ‖₂``;
 4. accept iff ``log U < λ + ξ − σ²/2``; GWMH keeps ``d_j`` after an accept and flips it after a
    reject.
@@ -27,6 +32,7 @@ import numpy as np
 from pymc_dp.releases import Release
 
 __all__ = [
+    "IndependenceProposal",
     "PenaltyInfo",
     "PenaltyMechanisms",
     "PenaltyParams",
@@ -43,11 +49,31 @@ class PenaltyState(NamedTuple):
     directions: np.ndarray
 
 
+class IndependenceProposal(NamedTuple):
+    """Multivariate t proposal ``θ' = m + L t``, ``t ~ t_ν(0, I)``, drawn with probability ``p``."""
+
+    centre: np.ndarray  # m
+    root: np.ndarray  # L, lower triangular (the scale matrix is L Lᵀ)
+    df: float = 7.0  # ν
+    probability: float = 0.5  # p
+
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        d = self.centre.size
+        chi = rng.chisquare(self.df)
+        return self.centre + self.root @ rng.standard_normal(d) * np.sqrt(self.df / chi)
+
+    def logpdf(self, theta: np.ndarray) -> float:
+        """``log q(θ)`` up to a constant (the constant cancels in the Hastings ratio)."""
+        z = np.linalg.solve(self.root, np.asarray(theta) - self.centre)
+        return float(-0.5 * (self.df + self.centre.size) * np.log1p(z @ z / self.df))
+
+
 class PenaltyParams(NamedTuple):
     proposal_scale: np.ndarray  # s, one per coordinate
     one_component: bool = False
     guided: bool = False
     penalty: bool = True  # False only for the negative control in tests
+    independence: IndependenceProposal | None = None
 
 
 class PenaltyMechanisms(NamedTuple):
@@ -62,6 +88,7 @@ class PenaltyInfo(NamedTuple):
     jump: float  # ‖θ' − θ‖₂ of the proposal
     noise_std: float  # σ of the released ratio
     llr_clipped: int | None  # NOT private; None unless the release counted it
+    independent: bool = False  # the proposal came from the independence proposal
 
 
 def propose(
@@ -88,12 +115,19 @@ def penalty_kernel(
     mechanisms: PenaltyMechanisms,
 ) -> tuple[PenaltyState, PenaltyInfo]:
     """One DP-penalty iteration (theory §4.1). ``rng`` draws proposals and ``U`` (public)."""
-    theta_new, j = propose(state, params, rng)
+    independence = params.independence
+    independent = independence is not None and rng.uniform() < independence.probability
+    if independent:
+        theta_new, j = independence.sample(rng), None
+    else:
+        theta_new, j = propose(state, params, rng)
     jump = float(np.linalg.norm(theta_new - state.theta))
     logprior_new = mechanisms.logprior(theta_new)
     # T·R + ξ, the only data-dependent number
     released = mechanisms.release_llr(state.theta, theta_new)
     log_ratio = released.value + logprior_new - state.logprior
+    if independent:  # Hastings: q(θ) / q(θ')
+        log_ratio += independence.logpdf(state.theta) - independence.logpdf(theta_new)
     if params.penalty:
         log_ratio -= 0.5 * released.noise_std**2
     accepted = bool(np.log(rng.uniform()) < log_ratio)  # NaN or −inf: reject
@@ -105,4 +139,4 @@ def penalty_kernel(
         state = PenaltyState(theta_new, logprior_new, directions)
     else:
         state = PenaltyState(state.theta, state.logprior, directions)
-    return state, PenaltyInfo(accepted, jump, released.noise_std, released.n_clipped)
+    return state, PenaltyInfo(accepted, jump, released.noise_std, released.n_clipped, independent)

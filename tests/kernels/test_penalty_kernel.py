@@ -15,6 +15,7 @@ from scipy import stats
 from pymc_dp import RowLikelihood
 from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.penalty import (
+    IndependenceProposal,
     PenaltyMechanisms,
     PenaltyParams,
     PenaltyState,
@@ -171,3 +172,52 @@ def test_noise_policy():
     assert draw(children[0]) != draw(children[1])
     with pytest.raises(InvalidParameterError, match="noise_multiplier must be a positive"):
         LLRRelease(PrivateChannel(oracle), llr_clip=1.0, noise_multiplier=0.0)
+
+
+class _NoHastings(IndependenceProposal):
+    """Negative control: the independence proposal without its Hastings term."""
+
+    def logpdf(self, theta):
+        return 0.0
+
+
+def _independence(sd: np.ndarray, cls=IndependenceProposal) -> IndependenceProposal:
+    _, mean, _ = gaussian_setup()
+    # centred one sd off the mode, wider than the posterior: the Hastings term matters
+    return cls(mean + sd, np.diag(1.5 * sd), df=7.0, probability=0.7)
+
+
+@pytest.mark.slow
+def test_independence_mixture_targets_the_exact_posterior():
+    _, mean, sd = gaussian_setup()
+    params = PenaltyParams(sd, independence=_independence(sd))
+    draws, acceptance, clipped, sigma = run_chain(params, 30_000)
+    assert clipped == 0
+    assert sigma > 0.5
+    assert 0.1 < acceptance < 0.9
+    ok, pvalues = matches_posterior(draws, thin=10)
+    assert ok, pvalues
+    np.testing.assert_allclose(draws.mean(0), mean, atol=0.1 * sd.max())
+
+
+@pytest.mark.slow
+def test_negative_control_independence_without_hastings_is_wrong():
+    _, mean, sd = gaussian_setup()
+    params = PenaltyParams(sd, independence=_independence(sd, _NoHastings))
+    draws, _, clipped, _ = run_chain(params, 30_000)
+    assert clipped == 0
+    ok, pvalues = matches_posterior(draws, thin=10)
+    assert not ok, pvalues
+    assert np.max(np.abs(draws.mean(0) - mean) / sd) > 0.2  # pulled toward the proposal
+
+
+def test_independence_proposal_density_is_the_t_density():
+    rng = np.random.default_rng(3)
+    root = np.array([[2.0, 0.0], [0.5, 1.0]])
+    q = IndependenceProposal(np.array([1.0, -1.0]), root, df=5.0, probability=1.0)
+    points = np.array([q.sample(rng) for _ in range(5)])
+    exact = stats.multivariate_t(loc=q.centre, shape=root @ root.T, df=5.0)
+    differences = [q.logpdf(x) - exact.logpdf(x) for x in points]
+    np.testing.assert_allclose(differences, differences[0])  # equal up to the constant
+    draws = np.array([q.sample(rng) for _ in range(20_000)])
+    np.testing.assert_allclose(np.cov(draws.T), 5.0 / 3.0 * root @ root.T, rtol=0.1)
