@@ -25,6 +25,7 @@ _EXPORTS = {
     "CoupledRowsError": "pymc_dp.errors",
     "DataChangedError": "pymc_dp.errors",
     "InitialPointError": "pymc_dp.errors",
+    "InsufficientDataError": "pymc_dp.errors",
     "InvalidParameterError": "pymc_dp.errors",
     "LedgerError": "pymc_dp.errors",
     "ModelNotSupportedError": "pymc_dp.errors",
@@ -39,6 +40,7 @@ _EXPORTS = {
     "check_convergence": "pymc_dp.convergence",
     "privacy_report": "pymc_dp.report",
     "plan_iterations": "pymc_dp.planning",
+    "predict_ess": "pymc_dp.prediction",
     "sample": "pymc_dp.sampling",
     "DPHMC": "pymc_dp.step_methods",
     "DPBarker": "pymc_dp.step_methods",
@@ -58,6 +60,7 @@ __all__ = [
     "DataChangedError",
     "GaussianCost",
     "InitialPointError",
+    "InsufficientDataError",
     "InvalidParameterError",
     "LedgerError",
     "ModelNotSupportedError",
@@ -75,6 +78,7 @@ __all__ = [
     "attach_privacy_metadata",
     "check_convergence",
     "plan_iterations",
+    "predict_ess",
     "privacy_report",
     "sample",
 ]
@@ -96,6 +100,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
         CoupledRowsError,
         DataChangedError,
         InitialPointError,
+        InsufficientDataError,
         InvalidParameterError,
         LedgerError,
         ModelNotSupportedError,
@@ -108,6 +113,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from pymc_dp.oracle import RowLikelihood
     from pymc_dp.parameter_space import ParameterSpace
     from pymc_dp.planning import plan_iterations
+    from pymc_dp.prediction import predict_ess
     from pymc_dp.report import attach_privacy_metadata, privacy_report
     from pymc_dp.sampling import sample
     from pymc_dp.step_methods import DPHMC, DPBarker, DPPenalty

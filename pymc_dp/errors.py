@@ -13,6 +13,7 @@ __all__ = [
     "CoupledRowsError",
     "DataChangedError",
     "InitialPointError",
+    "InsufficientDataError",
     "InvalidParameterError",
     "LedgerError",
     "ModelNotSupportedError",
@@ -76,6 +77,13 @@ class BarkerVarianceError(PyMCDPError, RuntimeError):
     """A DP Barker batch's variance exceeded the normal variance the test corrects (theory §4.4).
 
     The test cannot then be made exact, so it raises instead of deciding; a larger batch fixes it.
+    """
+
+
+class InsufficientDataError(PyMCDPError, RuntimeError):
+    """A private choice (a clip bound from a noisy histogram) saw nothing above its noise.
+
+    Too few rows for the budget: the settings must be given explicitly (or ε made larger).
     """
 
 

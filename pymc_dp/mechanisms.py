@@ -321,6 +321,13 @@ class GradientRelease(_NoisySum):
     Theory §2 and §4.3. Sensitivity ``2 b_g`` under substitution of one row; event: one
     Gaussian mechanism, PLD parameter ``1/(2z²)``. Outside the model's support the gradient is
     undefined: NaN, without reading data or releasing anything.
+
+    With a public ``precond`` ``D`` (positive, one per coordinate) the clip is preconditioned:
+    ``G_D(θ) = Σ_i ∇ℓ_i · min(1, b_g / ‖D ∇ℓ_i‖)`` and the release is
+    ``T · (G_D(θ) + D⁻¹ N(0, σ² I))``. That is ``D⁻¹`` times the Gaussian mechanism
+    ``D G_D + N(0, σ² I)``, whose sensitivity is ``2 b_g``: the same event, and coordinates with
+    small per-row gradients are no longer drowned by the noise that the largest ones set.
+    ``noise_std`` is ``T σ`` in the scaled space.
     """
 
     def __init__(
@@ -331,6 +338,7 @@ class GradientRelease(_NoisySum):
         noise_multiplier: float,
         temperature: float = 1.0,
         count_clipped: bool = False,
+        precond: np.ndarray | None = None,
     ) -> None:
         super().__init__(
             channel,
@@ -339,6 +347,7 @@ class GradientRelease(_NoisySum):
             count_clipped=count_clipped,
         )
         self.grad_clip = float(grad_clip)
+        self.precond = None if precond is None else self._oracle._precond(precond).copy()
         self._finish()
 
     def __call__(self, theta: np.ndarray) -> Release:
@@ -347,10 +356,12 @@ class GradientRelease(_NoisySum):
             return Release(np.full(space.ndim, np.nan), 0.0, 0 if self.count_clipped else None)
         self._record()  # checked against the reservation before the data are read
         clipped = self._oracle.clipped_grad_sum(
-            theta, self.grad_clip, count_clipped=self.count_clipped
+            theta, self.grad_clip, count_clipped=self.count_clipped, precond=self.precond
         )
         sigma = self.noise_multiplier * 2.0 * self.grad_clip
         noise = self.channel.noise.normal(sigma, clipped.value.shape[0])
+        if self.precond is not None:
+            noise = noise / self.precond
         t = self.temperature
         return Release(t * (clipped.value + noise), t * sigma, clipped.n_clipped)
 
@@ -367,7 +378,8 @@ class GradNormHistogram(Mechanism):
     most ``m``), so ``σ = z·√2·m``. Event: one Gaussian mechanism, PLD parameter
     ``1/(2z²)``. A quantile of the released counts
     (:func:`pymc_dp.releases.quantile_from_counts`, :func:`~pymc_dp.releases.clip_from_counts`)
-    is post-processing.
+    is post-processing. With ``precond`` ``D`` the norms (or slopes) are those of ``D ∇ℓ_i``
+    (the bound of a preconditioned :class:`GradientRelease`); the sensitivity is unchanged.
     """
 
     def __init__(
@@ -377,6 +389,7 @@ class GradNormHistogram(Mechanism):
         edges: np.ndarray,
         noise_multiplier: float,
         directions: np.ndarray | None = None,
+        precond: np.ndarray | None = None,
     ) -> None:
         super().__init__(channel)
         edges = np.asarray(edges, dtype=float)
@@ -394,6 +407,7 @@ class GradNormHistogram(Mechanism):
                 )
         self.edges = edges
         self.directions = directions
+        self.precond = None if precond is None else self._oracle._precond(precond).copy()
         self.noise_multiplier = float(noise_multiplier)
         self._finish()
 
@@ -414,7 +428,7 @@ class GradNormHistogram(Mechanism):
                 "the gradient-norm histogram needs a point inside the model's support."
             )
         self._record()  # checked against the reservation before the data are read
-        counts = self._oracle.grad_norm_counts(theta, self.edges, self.directions)
+        counts = self._oracle.grad_norm_counts(theta, self.edges, self.directions, self.precond)
         sigma = self.noise_multiplier * self.sensitivity
         return Release(counts + self.channel.noise.normal(sigma, counts.size), sigma, None)
 

@@ -544,7 +544,10 @@ class RowLikelihood:
         # Non-finite entries (overflow in a model's gradient on an extreme row) are set to zero,
         # so every row still contributes at most b: no NaN reaches a release.
         bound = pt.scalar("grad_clip", dtype=floatX)
+        # the norm is taken of D g_i, D = diag(precond) (public; ones for the plain clip)
+        precond = pt.vector("grad_precond", dtype=floatX)
         m = ell_theta.shape[0]
+        slices = {v: sl for v, sl, _ in self.space.slices}
 
         def finite(g: Variable, width: int) -> Variable:
             # one column as a vector; |g| < ∞ is false for ±∞ and NaN (one comparison)
@@ -555,12 +558,18 @@ class RowLikelihood:
         # a row-gathered variable: row i's gradient entries, all at index idx_i of v
         entries = {v: (finite(g, widths[v]), index) for v, (g, index) in sparse_theta.items()}
         sq_norm = pt.zeros((m,), dtype=floatX)
-        for g in [*columns.values(), *[g for g, _ in entries.values()]]:
+        for v, g in columns.items():
+            weight = pt.sqr(precond[slices[v]])
             if g.ndim == 1:
-                sq_norm = sq_norm + pt.sqr(g)
+                sq_norm = sq_norm + pt.sqr(g) * weight[0]
             else:
-                width = pt.ones((g.shape[1],), dtype=floatX)
-                sq_norm = sq_norm + pt.dot(pt.sqr(g), width)
+                sq_norm = sq_norm + pt.dot(pt.sqr(g), weight)
+        for v, (g, index) in entries.items():
+            weight = pt.sqr(precond[slices[v]]).reshape((shapes[v][0], -1))[index]
+            if g.ndim == 1:
+                sq_norm = sq_norm + pt.sqr(g) * weight.reshape((m,))
+            else:
+                sq_norm = sq_norm + pt.sum(pt.sqr(g) * weight, axis=1)
         x = sq_norm * pt.reciprocal(pt.sqr(bound))  # ‖g_i‖²/b²
         scale = pt.reciprocal(pt.sqrt(0.5 * (x + 1.0 + pt.abs(x - 1.0))))  # 1/√max(x, 1)
         pieces = []
@@ -577,10 +586,10 @@ class RowLikelihood:
             else:
                 pieces.append(pt.dot(scale, columns[v]))
         total = pt.concatenate(pieces) if pieces else pt.zeros((0,), dtype=floatX)
-        self._f_grad = self.space.compile([self.space.theta, *inputs, bound], total)
+        self._f_grad = self.space.compile([self.space.theta, *inputs, bound, precond], total)
         n_clipped = pt.sum(sq_norm > pt.sqr(bound))  # NOT private: diagnostics only
         # with the count, for non-private diagnostics only: compiled on first use
-        self._grad_and_count = ([self.space.theta, *inputs, bound], [total, n_clipped])
+        self._grad_and_count = ([self.space.theta, *inputs, bound, precond], [total, n_clipped])
         self._f_grad_and_count = None
 
         # Clipped log-likelihood-ratio sum, theory §2: Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B).
@@ -837,14 +846,18 @@ class RowLikelihood:
         rows: np.ndarray | slice | None = None,
         *,
         count_clipped: bool = False,
+        precond: np.ndarray | None = None,
     ) -> ClippedSum:
         """``Σ_i clip_b(∇_θ ℓ_i(θ))`` with ``b = grad_clip`` (theory §2), over all rows or ``rows``.
 
         Sensitivity under substitution of one row: ``2 · grad_clip``. With
         ``count_clipped=True`` also count the rows with ``‖∇ℓ_i‖ > b`` (NOT private; counting
         in the same loop makes a call about twice as slow), else ``n_clipped`` is ``None``.
+        With ``precond`` (a public positive vector ``D``) each row is scaled by
+        ``min(1, b / ‖D ∇ℓ_i‖)`` instead: then ``D · Σ`` has sensitivity ``2b``.
         """
         bound = self._check_bound(grad_clip, "grad_clip")
+        weights = self._precond(precond)
         theta = self.space.as_theta(theta)
         total = np.zeros(self.ndim)
         clipped = 0 if count_clipped else None
@@ -852,11 +865,13 @@ class RowLikelihood:
             self._f_grad_and_count = self.space.compile(*self._grad_and_count)
         for chunk in self._chunks(rows, True):
             if count_clipped:
-                value, count = self._private_call(self._f_grad_and_count, theta, *chunk, bound)
+                value, count = self._private_call(
+                    self._f_grad_and_count, theta, *chunk, bound, weights
+                )
                 total += value
                 clipped += int(count)
             else:
-                total += self._private_call(self._f_grad, theta, *chunk, bound)
+                total += self._private_call(self._f_grad, theta, *chunk, bound, weights)
         return ClippedSum(total, clipped)
 
     def clipped_llr_sum(
@@ -910,7 +925,7 @@ class RowLikelihood:
         total = np.zeros(self.ndim)
         for chunk in self._chunks(rows, _count):
             total += self._private_call(
-                self._f_grad, theta, *chunk, self._check_bound(np.inf, "grad_clip")
+                self._f_grad, theta, *chunk, self._check_bound(np.inf, "grad_clip"), self._precond()
             )
         return total
 
@@ -922,7 +937,11 @@ class RowLikelihood:
         return np.concatenate(parts) if parts else np.zeros((0, self.ndim))
 
     def grad_norm_counts(
-        self, theta: np.ndarray, edges: np.ndarray, directions: np.ndarray | None = None
+        self,
+        theta: np.ndarray,
+        edges: np.ndarray,
+        directions: np.ndarray | None = None,
+        precond: np.ndarray | None = None,
     ) -> np.ndarray:
         """Rows whose log-likelihood gradient norm ``‖∇_θ ℓ_i(θ)‖₂`` falls in each bin.
 
@@ -931,14 +950,16 @@ class RowLikelihood:
         unit vectors) the values counted are the ``m`` directional derivatives
         ``|∇_θ ℓ_i(θ) · u_k|`` of every row instead (``m n`` values). Exact counts, so NOT
         private: only :class:`pymc_dp.mechanisms.GradNormHistogram` releases them, with noise.
-        Chunked: the ``(n, d)`` gradient matrix is never held at once.
+        With ``precond`` (``D``) the norms are those of ``D ∇ℓ_i``. Chunked: the ``(n, d)``
+        gradient matrix is never held at once.
         """
         theta = self.space.as_theta(theta)
+        weights = self._precond(precond)
         edges = np.asarray(edges, dtype=float)
         fn = self._grad_rows_fn()
         counts = np.zeros(edges.size + 1, dtype=np.int64)
         for chunk in self._chunks(None, True):
-            grads = self._private_call(fn, theta, *chunk)
+            grads = self._private_call(fn, theta, *chunk) * weights
             if directions is None:
                 norms = np.linalg.norm(grads, axis=1)
             else:
@@ -964,6 +985,17 @@ class RowLikelihood:
                 [self.space.theta, *self._grad_inputs], pt.concatenate(cols, axis=1)
             )
         return self._f_grad_rows
+
+    def _precond(self, precond: np.ndarray | None = None) -> np.ndarray:
+        """The clip's preconditioner ``D`` as the compiled functions take it (ones: none)."""
+        if precond is None:
+            return np.ones(self.ndim, dtype=pytensor.config.floatX)
+        weights = np.asarray(precond, dtype=pytensor.config.floatX)
+        if weights.shape != (self.ndim,) or not np.all(np.isfinite(weights) & (weights > 0)):
+            raise InvalidParameterError(
+                f"precond must be {self.ndim} positive finite numbers, got shape {weights.shape}."
+            )
+        return weights
 
     @staticmethod
     def _check_bound(value: float, name: str) -> np.ndarray:

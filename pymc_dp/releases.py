@@ -91,21 +91,25 @@ def clip_from_counts(
     noise_std: float,
     n_rows: int,
     *,
-    threshold: float = 4.0,
+    threshold: float = 5.0,
     tail_share: float = 1e-4,
     margin: float = 1.0,
+    steps_up: int = 0,
 ) -> float:
     """A clip bound above all but a handful of rows, from a noisy histogram of norms.
 
     Post-processing of :class:`~pymc_dp.mechanisms.GradNormHistogram`'s release. Bins whose
-    noisy count is at most ``threshold · σ`` are treated as empty (with 82 bins and
-    ``threshold = 4`` a bin of pure noise survives with probability ``3·10⁻⁵`` each); from the
-    rest, the rows above each edge are counted, and the bound is ``margin`` times the smallest
-    edge with at most ``τ = max(2σ, tail_share · n)`` rows above it. The bias that clipping adds
-    grows with the clipped rows' total excess, so the rule aims at the far tail (the measured
-    quickstart logistic regression: clipping 1 % of rows moved the posterior by about 2 sd at
-    n = 10⁵, clipping 0.05 % by less than 0.3 sd). Returns ``nan`` when no bin is visible (too
-    few rows for the noise).
+    noisy count is at most ``threshold · σ`` are treated as empty (with 162 bins and
+    ``threshold = 5`` a bin of pure noise survives with probability ``3·10⁻⁷`` each, 5·10⁻⁵ for
+    any of them: a spurious far bin would set an absurd bound); from the rest, the rows above
+    each edge are counted, and the bound is ``margin`` times the smallest edge with at most
+    ``τ = max(2σ, tail_share · n)`` rows above it. The bias that clipping adds grows with the
+    clipped rows' total excess, so the rule aims at the far tail (the measured quickstart
+    logistic regression: clipping 1 % of rows moved the posterior by about 2 sd at n = 10⁵,
+    clipping 0.05 % by less than 0.3 sd). ``steps_up`` moves the bound that many grid points
+    further up (a margin for the rows that bins under the threshold may hide). Returns ``nan``
+    when no bin is visible (too few rows for the noise), ``inf`` when no edge has few enough
+    rows above it.
     """
     visible = _visible(counts, noise_std, threshold)
     edges = np.asarray(edges, dtype=float)
@@ -114,7 +118,9 @@ def clip_from_counts(
     above = np.cumsum(visible[::-1])[::-1][1:]  # above[k]: rows in the bins above edges[k]
     allowed = max(2.0 * noise_std, tail_share * n_rows)
     fits = np.nonzero(above <= allowed)[0]
-    return margin * float(edges[fits[0]]) if fits.size else float("inf")
+    if not fits.size:
+        return float("inf")
+    return margin * float(edges[min(fits[0] + int(steps_up), edges.size - 1)])
 
 
 def mean_square_from_counts(counts: np.ndarray, edges: np.ndarray, noise_std: float) -> float:
@@ -124,7 +130,7 @@ def mean_square_from_counts(counts: np.ndarray, edges: np.ndarray, noise_std: fl
     edges; the bin below the first edge at that edge, the bin above the last at the last edge.
     ``nan`` when no bin is visible.
     """
-    visible = _visible(counts, noise_std, 4.0)
+    visible = _visible(counts, noise_std, 5.0)
     edges = np.asarray(edges, dtype=float)
     if not np.any(visible > 0):
         return float("nan")

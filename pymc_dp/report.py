@@ -42,8 +42,24 @@ def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[s
     total = chains * iterations
     meta = {k: v for k, v in step.privacy_metadata().items() if k not in _PER_CHAIN_KEYS}
     mu_per_iteration = step.cost.gaussian_mu()
+    start = getattr(step, "private_start", None)
+    phases: dict[str, float] = {} if start is None else dict(start.phases)
     if mu_per_iteration is not None:
-        mu_spent = total * float(mu_per_iteration)
+        phases["tuning"] = chains * int(tune) * float(mu_per_iteration)
+        phases["sampling"] = chains * int(draws) * float(mu_per_iteration)
+    for phase, mu in phases.items():  # each phase alone, at the budget's δ
+        key = phase.replace(" ", "_")
+        meta[f"dp_phase_{key}_mu"] = float(mu)
+        meta[f"dp_phase_{key}_epsilon"] = (
+            float(gaussian_epsilon(budget.delta, mu)) if mu > 0 else 0.0
+        )
+    init_mu = 0.0 if start is None else float(start.mu)
+    if start is not None and mu_per_iteration is None:
+        raise InvalidParameterError(  # pragma: no cover - automatic steps are Gaussian
+            "A privately initialised step with a non-Gaussian cost cannot be reported yet."
+        )
+    if mu_per_iteration is not None:
+        mu_spent = init_mu + total * float(mu_per_iteration)  # Gaussian: μ adds up
         meta.update(
             dp_accountant="tight Gaussian PLD composition (pymc_dp.accounting, docs/theory.md §3)",
             dp_mu_per_iteration=float(mu_per_iteration),
@@ -252,6 +268,17 @@ def privacy_report(idata: az.InferenceData, *, show: bool = True) -> dict[str, A
         f"data: n = {meta['dp_n_rows']} rows; neighbouring datasets: "
         f"{meta['dp_neighbouring_relation']}",
     ]
+    phases = [k[len("dp_phase_") : -len("_epsilon")] for k in meta if k.endswith("_epsilon")]
+    phases = [p for p in phases if f"dp_phase_{p}_mu" in meta]
+    if phases:
+        lines.append(
+            "by phase (each alone; together they compose to the ε above): "
+            + "; ".join(
+                f"{p.replace('_', ' ')} ε = {meta[f'dp_phase_{p}_epsilon']:.3g} "
+                f"(μ = {meta[f'dp_phase_{p}_mu']:.3g})"
+                for p in phases
+            )
+        )
     skip = {
         "dp_step",
         "dp_epsilon",
@@ -267,6 +294,7 @@ def privacy_report(idata: az.InferenceData, *, show: bool = True) -> dict[str, A
         "dp_mu_per_iteration",
         "dp_n_rows",
         "dp_neighbouring_relation",
+        *(k for k in meta if k.startswith("dp_phase_")),
     }
     params = ", ".join(f"{k[3:]}={v}" for k, v in meta.items() if k not in skip)
     lines.append(f"parameters: {params}")

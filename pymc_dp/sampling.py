@@ -36,12 +36,15 @@ from pymc_dp.step_methods.base import DPStep
 
 __all__ = ["plan_iterations", "sample"]
 
+# Below this predicted effective sample size, pymc_dp.sample warns before sampling.
+_TOO_FEW_EFFECTIVE_DRAWS = 50
+
 
 def sample(
     step: DPStep,
     *,
     chains: int = 4,
-    tune: float | int = 0.5,
+    tune: float | int | None = None,
     draws: int | None = None,
     cores: int | None = None,
     random_seed: Any = None,
@@ -57,9 +60,10 @@ def sample(
         A ``pymc_dp`` step method (``DPPenalty``, ``DPHMC``) covering every free variable.
     chains : int
         Number of chains; they share the budget (every chain reads the same data).
-    tune : int or float
+    tune : int or float, optional
         Tuning iterations per chain: a count, or a fraction in ``[0, 1)`` of each chain's share.
-        Tuning iterations spend budget like any other.
+        Tuning iterations spend budget like any other. Default: 0.2 for a ``DPPenalty`` that starts
+        from its private initialisation (automatic settings), 0.5 otherwise.
     draws : int, optional
         Draws per chain kept after tuning; default: the rest of each chain's share.
     cores, random_seed, progressbar, **kwargs
@@ -80,8 +84,21 @@ def sample(
     _refuse_leaky_options(kwargs)
     model = pm.modelcontext(model if model is not None else step.model)
     step.check_model_unchanged()
-    n_tune, n_draws = plan_iterations(step, chains=chains, tune=tune, draws=draws)
-    step.plan(tune=n_tune, draws=n_draws)
+    if tune is None:  # a privately initialised step starts in the bulk: less tuning
+        tune = 0.2 if (step.automatic or step.init_share) and step.name == "dp_penalty" else 0.5
+    # a step on automatic settings chooses them privately here (once), then plans
+    n_tune, n_draws = step.prepare(chains=chains, tune=tune, draws=draws)
+    step.plan(tune=n_tune, draws=n_draws, chains=chains)
+    predicted = getattr(step, "predicted_ess", lambda: float("nan"))()
+    if predicted < _TOO_FEW_EFFECTIVE_DRAWS:  # public numbers only: before the sampler reads
+        warnings.warn(
+            f"This budget buys about {predicted:.0f} effective draws for this model "
+            f"({chains} chains × {n_draws} draws; predicted from public quantities and the "
+            "private initialisation, before sampling): too few for a converged posterior. "
+            "What helps: a larger epsilon, more rows, or fewer parameters.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
     idata_kwargs = {**kwargs.pop("idata_kwargs", {}), "log_likelihood": False}
     with model:
         idata = pm.sample(

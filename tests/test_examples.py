@@ -43,7 +43,8 @@ def test_gallery_example_runs_in_quick_mode(tmp_path, script, variant, n_steps):
 
 def test_quickstart_runs_in_quick_mode():
     out = run_script(str(ROOT / "examples" / "quickstart.py"), "--quick")
-    assert "-DP release of 2 chain(s)" in out and "alpha" in out
+    assert "-DP release of 4 chain(s)" in out and "alpha" in out
+    assert "by phase" in out  # the private initialisation is itemised
 
 
 @pytest.mark.slow

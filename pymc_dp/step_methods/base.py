@@ -50,12 +50,22 @@ from pymc_dp.errors import (
 from pymc_dp.mechanisms import PrivateChannel, ReleaseCounter
 from pymc_dp.noise import NoiseSource
 from pymc_dp.planning import plan_iterations
+from pymc_dp.step_methods.initialization import (
+    DEFAULT_INIT_SHARE,
+    PrivateStart,
+    private_initialization,
+)
 from pymc_dp.step_methods.options import check_flag, check_fraction, check_noise_rng
 
 __all__ = ["DPStep", "DPStepState"]
 
 # Iterations reserved at a time when no sampling plan was given (plain ``pm.sample``).
 _RESERVATION_BLOCK = 100
+# The default plan of a step on automatic settings: chains, and the range of each chain's
+# length (tuning included) that the noise is calibrated for.
+DEFAULT_CHAINS = 4
+_MIN_CHAIN_LENGTH = 50
+_MAX_CHAIN_LENGTH = 4000
 
 
 @dataclass_state
@@ -82,6 +92,8 @@ class DPStep(BlockedStep):
     _chain_state: ClassVar[tuple[str, ...]] = ("_last_logprior",)
 
     default_blocked = True
+    #: Shortest chain (tuning included) the automatic noise is calibrated for.
+    _min_chain_length: ClassVar[int] = _MIN_CHAIN_LENGTH
     stats_dtypes_shapes: ClassVar[dict] = {
         "accepted": (bool, []),
         "jump": (np.float64, []),
@@ -100,6 +112,8 @@ class DPStep(BlockedStep):
             "nonprivate_diagnostics",
             "noise_reproducible",
             "_noise_seed",
+            "init_share",
+            "_private_start",
         }
     )
 
@@ -112,8 +126,24 @@ class DPStep(BlockedStep):
             )
         super().__setattr__(name, value)
 
+    def _complete_build(self) -> None:
+        """End of a subclass's ``__init__``: build now, or defer to :meth:`prepare`.
+
+        A step with automatic settings (or an explicit ``init_share``) is built by
+        :meth:`prepare`, after the private initialisation; an explicit one is built here.
+        """
+        self._constructed = True
+        if self.automatic or self.init_share:
+            return
+        self._configure(None)
+        self._build_mechanisms(None)
+        self._mechanisms_ready = True
+        self._finish_build()
+
     def _finish_build(self) -> None:
-        """Called at the end of each step's ``__init__``: privacy parameters become read-only."""
+        """Once the mechanisms are built: privacy parameters become read-only."""
+        self._constructed = True
+        self._mechanisms_ready = True
         if self.cost.gaussian_mu() is None:
             self._drop_stats("mu_spent")  # only a plain Gaussian cost has a PLD parameter μ
         n = self._channel.n_rows
@@ -138,6 +168,7 @@ class DPStep(BlockedStep):
         nonprivate_diagnostics: bool = False,
         blocked: bool = True,
         rng: Any = None,
+        init_share: float | None = None,
     ) -> None:
         model = pm.modelcontext(model)
         noise_rng = check_noise_rng(noise_rng)
@@ -183,7 +214,12 @@ class DPStep(BlockedStep):
             self.stats_dtypes = [{name: dtype for name, (dtype, _) in shapes.items()}]
         self.noise_reproducible = noise_rng is not None
         self._noise_seed = noise_rng
+        if init_share is not None and init_share != 0:
+            init_share = check_fraction(init_share, "init_share")
+        self.init_share = init_share
+        self._private_start: PrivateStart | None = None
         self._planned_iterations: int | None = None
+        self._planned_chains: int | None = None
         self._planned_tune: int | None = None
         self._epsilon_points: dict[tuple, float] = {}  # ε of a non-Gaussian cost, by point
         # True until PyMC calls stop_tuning (worker processes get a copy and no other signal)
@@ -200,7 +236,107 @@ class DPStep(BlockedStep):
     @property
     def cost(self) -> PrivacyCost:
         """Privacy cost of one iteration: the composition of its mechanisms' events."""
+        if not (self.prepared or self.__dict__.get("_mechanisms_ready", False)):
+            raise InvalidParameterError(
+                f"This {type(self).__name__} chooses its settings privately from the data and "
+                "has not done so yet, so its cost per iteration is not known. Call "
+                "step.prepare(chains=...) (pymc_dp.sample and step.sampling_kwargs do)."
+            )
         return compose(*self._events())
+
+    # ---------------------------------------------------------------- automatic settings
+
+    @property
+    def automatic(self) -> bool:
+        """Whether some privacy setting is left to the private initialisation."""
+        return bool(self._automatic_settings())
+
+    def _automatic_settings(self) -> list[str]:
+        """Names of the settings left automatic (subclasses with automatic settings override)."""
+        return []
+
+    @property
+    def prepared(self) -> bool:
+        """Whether the step's privacy parameters are fixed (explicit, or privately chosen)."""
+        return bool(self.__dict__.get("_built", False))
+
+    @property
+    def private_start(self) -> PrivateStart | None:
+        """What the private initialisation released (``None`` before it, or without one)."""
+        return self._private_start
+
+    def _configure(self, start: PrivateStart | None) -> None:
+        """Fix the automatic settings from the private start, except the noise (subclasses)."""
+
+    def _unit_cost(self, scale: float) -> PrivacyCost:
+        """Cost of one iteration when the automatic noise is ``scale`` times its target."""
+        raise NotImplementedError
+
+    def _build_mechanisms(self, noise_scale: float | None) -> None:
+        """Build the mechanisms; ``noise_scale`` multiplies the target noise (automatic noise)."""
+        raise NotImplementedError
+
+    def _noise_is_automatic(self) -> bool:
+        return False
+
+    def prepare(
+        self, chains: int = DEFAULT_CHAINS, tune: float | int = 0.5, draws: int | None = None
+    ) -> tuple[int, int]:
+        """Choose the automatic settings privately and plan ``chains`` chains; ``(tune, draws)``.
+
+        On a step with automatic settings, the first call runs the private initialisation
+        (:mod:`pymc_dp.step_methods.initialization`, ``init_share`` of the budget's capacity,
+        one reservation in the ledger): it finds a start, a scale, and the clip bounds. The noise
+        is then calibrated budget-first (:meth:`PrivacyBudget.calibrate_noise`) so that
+        ``chains`` chains of the planned length spend the rest of the budget exactly; the
+        default length gives each release a noise near the step's target (a few nats for a
+        ratio) within ``[200, 4000]`` iterations per chain, and ``tune``/``draws`` counts fix it
+        instead. Later calls (and explicit steps) only plan (:func:`plan_iterations`).
+        """
+        if self.prepared:
+            return plan_iterations(self, chains=chains, tune=tune, draws=draws)
+        n_chains = chains
+        if isinstance(n_chains, bool) or not isinstance(n_chains, int | np.integer) or chains < 1:
+            raise InvalidParameterError(f"chains must be a positive integer, got {chains!r}.")
+        start = None
+        share = DEFAULT_INIT_SHARE if self.init_share is None else self.init_share
+        if share:
+            self._channel.start_chain(NoiseSource.for_chain(self._noise_seed, self.rng))
+            theta0 = self.space.ravel(self._channel.model.initial_point())
+            start = private_initialization(
+                self._channel,
+                self.budget,
+                theta0,
+                share=share,
+                public_rng=np.random.default_rng(self.rng.integers(2**63)),
+            )
+            self._private_start = start
+        elif self.automatic:
+            raise InvalidParameterError(
+                f"init_share=0 leaves no budget to choose {self._automatic_settings()} "
+                "privately: give them explicitly, or leave init_share unset."
+            )
+        self._configure(start)
+        noise_scale = None
+        if self._noise_is_automatic():
+            length = self._chain_length(chains, tune, draws)
+            noise_scale = self.budget.calibrate_noise(self._unit_cost, int(chains) * length)
+        self._build_mechanisms(noise_scale)
+        self._mechanisms_ready = True
+        self._finish_build()
+        self._setup_chain()
+        return plan_iterations(self, chains=chains, tune=tune, draws=draws)
+
+    def _chain_length(self, chains: int, tune: float | int, draws: int | None) -> int:
+        """Each chain's planned length: given counts, else the target noise's (clamped)."""
+        if isinstance(tune, int | np.integer) and not isinstance(tune, bool) and draws:
+            return int(tune) + int(draws)
+        remaining = self.budget.report().remaining_mu
+        mu_target = self._unit_cost(1.0).gaussian_mu()
+        if remaining is None or mu_target is None or mu_target <= 0:
+            return self._min_chain_length
+        length = int(remaining / mu_target) // int(chains)
+        return min(max(length, self._min_chain_length), _MAX_CHAIN_LENGTH)
 
     @property
     def model(self) -> pm.Model | None:
@@ -259,14 +395,16 @@ class DPStep(BlockedStep):
         """
         if tune_fraction != 0:
             tune_fraction = check_fraction(tune_fraction, "tune_fraction")
-        n_tune, n_draws = plan_iterations(self, chains=chains, tune=float(tune_fraction))
-        self.plan(tune=n_tune, draws=n_draws)
+        n_tune, n_draws = self.prepare(chains=chains, tune=float(tune_fraction))
+        self.plan(tune=n_tune, draws=n_draws, chains=chains)
         return {"draws": n_draws, "tune": n_tune, "chains": chains}
 
-    def plan(self, *, tune: int, draws: int) -> None:
+    def plan(self, *, tune: int, draws: int, chains: int | None = None) -> None:
         """Tell the step each chain's length, so a chain reserves exactly ``tune + draws``."""
         self._planned_iterations = int(tune) + int(draws)
         self._planned_tune = int(tune)
+        if chains is not None:
+            self._planned_chains = int(chains)
 
     # ---------------------------------------------------------------- per-chain lifecycle
 
@@ -372,12 +510,12 @@ class DPStep(BlockedStep):
     def step(self, point: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[dict]]:
         theta = self.space.ravel(point)
         if self._iteration >= self._reserved:
-            if not self.__dict__.get("_built", False):
-                raise InvalidParameterError(
-                    f"{type(self).__name__} was not fully built (its __init__ did not finish)."
-                )
+            if not self.prepared:
+                self._prepare_in_chain()
             if self._reserved == 0:
                 self._before_first_read(theta)
+                if self._private_start is not None:  # public: post-processing of releases
+                    theta = self._private_start.dispersed_start(self.rng)
             elif self._planned_iterations is not None:
                 raise BudgetExceededError(
                     f"This chain reserved {self._reserved} iterations (tune + draws) and was asked "
@@ -391,6 +529,30 @@ class DPStep(BlockedStep):
         stats.update(self._spent(self._iteration))
         stats = {name: stats[name] for name in self.stats_dtypes_shapes}  # drops the non-private
         return {**point, **self.space.unravel(new_theta)}, [stats]
+
+    def _prepare_in_chain(self) -> None:
+        """Plain ``pm.sample`` with a step that was never prepared: prepare it here, once.
+
+        Only the step object built in this session can (sequential chains share it); a copy in a
+        worker process would run its own initialisation per chain.
+        """
+        if not self.__dict__.get("_constructed", False):
+            raise InvalidParameterError(
+                f"{type(self).__name__} was not fully built (its __init__ did not finish)."
+            )
+        if self.model is None:
+            raise InvalidParameterError(
+                f"This {type(self).__name__} chooses its settings privately, once, before "
+                "sampling, but pm.sample copied it to worker processes first. Use "
+                "pymc_dp.sample(step), or pm.sample(step=step, **step.sampling_kwargs(chains=4))."
+            )
+        planned = self._planned_iterations
+        tune = self._planned_tune
+        if planned is not None and tune is not None and planned > tune:
+            self.prepare(chains=DEFAULT_CHAINS, tune=tune, draws=planned - tune)
+        else:
+            self.prepare(chains=DEFAULT_CHAINS)
+        self._planned_iterations, self._planned_tune = planned, tune
 
     # ---------------------------------------------------------------- restorable state
 
@@ -491,4 +653,18 @@ class DPStep(BlockedStep):
             "dp_nonprivate_diagnostics": int(self.nonprivate_diagnostics),
             "dp_iterations_this_chain": self._iteration,
             "dp_epsilon_this_chain": self._spent(self._iteration)["epsilon_spent"],
+            **self._initialization_metadata(),
+        }
+
+    def _initialization_metadata(self) -> dict[str, Any]:
+        start = self._private_start
+        if start is None:
+            return {"dp_private_initialization": 0}
+        share = DEFAULT_INIT_SHARE if self.init_share is None else self.init_share
+        return {
+            "dp_private_initialization": 1,
+            "dp_init_share": float(share),
+            "dp_init_gradient_releases": int(start.releases),
+            "dp_init_histograms": int(start.histograms),
+            "dp_automatic_settings": ", ".join(self._automatic_settings()) or "none",
         }

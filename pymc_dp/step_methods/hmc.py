@@ -6,6 +6,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from pymc_dp.accounting import compose
+from pymc_dp.accounting.costs import GaussianCost
 from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.hmc import HMCMechanisms, HMCParams, HMCState, hmc_kernel
 from pymc_dp.mechanisms import GradientRelease, LLRRelease
@@ -23,6 +25,13 @@ from pymc_dp.step_methods.options import (
 
 __all__ = ["DPHMC"]
 
+_DEFAULT_N_STEPS = 3
+_DEFAULT_STEP_SIZE = 0.5  # divided by d^(1/4), with the mass from the private scale
+# Automatic noise (budget-first): the released ratio's noise at a typical trajectory's jump, in
+# nats, and each gradient release's noise per coordinate in units of the posterior's gradient
+# one sd from the mode. Scaled together by the calibration.
+_TARGET_RATIO_NOISE = 2.0
+_TARGET_GRAD_NOISE = 1.0
 _DEFAULT_JITTER = 0.15  # η · Uniform(0.85, 1.15), as PyMC's HamiltonianMC
 # Dual averaging sees 0/1 acceptance flags, not acceptance probabilities: with Stan's γ = 0.05
 # the log step fluctuates by about 1 and the averaged step ends up accepting ~0.1 above target
@@ -49,27 +58,37 @@ class DPHMC(DPStep):
         Must be every free variable (the default).
     budget : PrivacyBudget
         The (ε, δ) budget every chain reserves its iterations from (tuning included).
-    step_size : float
-        Leapfrog step size ``η`` (initial value when ``adapt_step_size``).
-    n_steps : int
-        Leapfrog steps ``L`` per iteration; each iteration makes ``L + 1`` gradient releases.
-    grad_clip : float
-        ``b_g``: per-row gradient norm bound.
-    llr_clip : float
-        ``b_l``: per-row log-likelihood-ratio bound per unit jump length ``‖θ' − θ‖₂``.
-    grad_noise_multiplier, tau_g : float
-        ``z_g``, or the seeds' ``τ_g`` with ``z_g = τ_g √n``. Exactly one.
-    llr_noise_multiplier, tau_l : float
-        ``z_l``, or ``τ_l`` with ``z_l = τ_l √n``. Exactly one.
+    step_size : float, optional
+        Leapfrog step size ``η`` (initial value when ``adapt_step_size``). Default with a
+        private initialisation: ``0.5 / d^{1/4}`` in the metric of its posterior scale; needed
+        when every privacy setting is explicit.
+    n_steps : int, optional
+        Leapfrog steps ``L`` per iteration (default 3); each makes ``L + 1`` gradient releases.
+    grad_clip : float or "auto"
+        ``b_g``: per-row gradient norm bound. ``"auto"`` (the default): a preconditioned bound on
+        ``‖D ∇ℓ_i‖`` chosen by the private initialisation, ``D`` putting every coordinate's
+        per-row gradients on one scale (theory §2, §7).
+    llr_clip : float or "auto"
+        ``b_l``: per-row log-likelihood-ratio bound per unit jump length ``‖θ' − θ‖₂``;
+        ``"auto"`` as for :class:`DPPenalty`.
+    grad_noise_multiplier, tau_g : float, optional
+        ``z_g``, or the seeds' ``τ_g`` with ``z_g = τ_g √n``. At most one.
+    llr_noise_multiplier, tau_l : float, optional
+        ``z_l``, or ``τ_l`` with ``z_l = τ_l √n``. At most one. Give both noise multipliers or
+        neither: then both are calibrated together so that the planned chains spend what is
+        left of the budget exactly.
     mass_diag : array, optional
-        Diagonal of the mass matrix ``M`` (default ones): the momentum is ``N(0, M)``.
+        Diagonal of the mass matrix ``M``: the momentum is ``N(0, M)``. Default: the inverse of
+        the private initialisation's posterior variances, or ones without one.
     step_jitter : bool or float
         Multiply ``η`` by ``Uniform(1 − j, 1 + j)`` each iteration (``j = 0.15`` for ``True``,
         as PyMC's ``HamiltonianMC``). Data-independent, so exactness is kept.
     adapt_step_size : bool
         During tuning, dual averaging of ``η`` toward ``target_accept`` from the acceptance flags.
-    adapt_mass : bool
-        During tuning, set ``M⁻¹`` to the variance of the chain's own tuning draws in doubling
+    adapt_mass : bool, optional
+        Default: True with explicit settings, False with a private initialisation (its scale
+        is better than one from a few noisy tuning draws). During tuning, set ``M⁻¹`` to the
+        variance of the chain's own tuning draws in doubling
         windows after 75 iterations, the last one closing 100 iterations before the end of
         tuning when the tuning length is known (Stan's scheme; plan with ``sampling_kwargs``).
         Both adaptations are post-processing of released values and cost no privacy; tuning
@@ -79,6 +98,9 @@ class DPHMC(DPStep):
         dimension, Beskos et al. 2013).
     temperature : float
         ``T ∈ (0, 1]``.
+    init_share : float, optional
+        Share of the budget's Gaussian capacity spent on the private initialisation (theory
+        §7). Default 0.1 when a setting is automatic; 0 turns it off.
     noise_rng : int, optional
         Seed for reproducible DP noise (tests, research). Default: OS entropy.
     nonprivate_diagnostics : bool
@@ -88,6 +110,8 @@ class DPHMC(DPStep):
     """
 
     name = "dp_hmc"
+    # step-size adaptation needs a hundred or so iterations of a chain
+    _min_chain_length: ClassVar[int] = 200
     stats_dtypes_shapes: ClassVar[dict] = {
         **DPStep.stats_dtypes_shapes,
         "diverging": (bool, []),
@@ -105,6 +129,7 @@ class DPHMC(DPStep):
         "grad_noise_multiplier",
         "llr_noise_multiplier",
         "grad_clip",
+        "grad_precond",
         "llr_clip",
         "n_steps",
         "temperature",
@@ -117,10 +142,10 @@ class DPHMC(DPStep):
         vars: Any = None,
         *,
         budget: Any,
-        step_size: float,
-        n_steps: int,
-        grad_clip: float,
-        llr_clip: float,
+        step_size: float | None = None,
+        n_steps: int | None = None,
+        grad_clip: float | str = "auto",
+        llr_clip: float | str = "auto",
         grad_noise_multiplier: float | None = None,
         tau_g: float | None = None,
         llr_noise_multiplier: float | None = None,
@@ -128,9 +153,10 @@ class DPHMC(DPStep):
         mass_diag: Any = None,
         step_jitter: bool | float = True,
         adapt_step_size: bool = True,
-        adapt_mass: bool = True,
+        adapt_mass: bool | None = None,
         target_accept: float = 0.65,
         temperature: float = 1.0,
+        init_share: float | None = None,
         model: Any = None,
         noise_rng: int | None = None,
         row_data: Any = None,
@@ -138,15 +164,31 @@ class DPHMC(DPStep):
         blocked: bool = True,
         rng: Any = None,
     ) -> None:
-        for multiplier, tau, name, tau_name in (
+        self._auto_grad_clip = isinstance(grad_clip, str) and grad_clip == "auto"
+        self._auto_llr_clip = isinstance(llr_clip, str) and llr_clip == "auto"
+        given = [
             (grad_noise_multiplier, tau_g, "grad_noise_multiplier", "tau_g"),
             (llr_noise_multiplier, tau_l, "llr_noise_multiplier", "tau_l"),
-        ):  # checked before the (slow) build; converted once n is known
-            noise_multiplier_from(multiplier, tau, 1, name=name, tau_name=tau_name)
-        self.step_size = positive_float(step_size, "step_size")
-        self.n_steps = check_positive_int(n_steps, "n_steps")
-        self.grad_clip = positive_float(grad_clip, "grad_clip")
-        self.llr_clip = positive_float(llr_clip, "llr_clip")
+        ]
+        unset = [m is None and t is None for m, t, _, _ in given]
+        if unset[0] != unset[1]:
+            raise InvalidParameterError(
+                "Give both noise multipliers (grad_noise_multiplier or tau_g, and "
+                "llr_noise_multiplier or tau_l), or neither: then both are calibrated so that "
+                "the planned run spends the budget exactly."
+            )
+        self._auto_noise = unset[0]
+        if not self._auto_noise:
+            for multiplier, tau, name, tau_name in given:  # checked before the (slow) build
+                noise_multiplier_from(multiplier, tau, 1, name=name, tau_name=tau_name)
+        self._noise_arguments = (grad_noise_multiplier, tau_g, llr_noise_multiplier, tau_l)
+        self.grad_precond = None  # the private initialisation's preconditioner, when automatic
+        self.step_size = None if step_size is None else positive_float(step_size, "step_size")
+        self.n_steps = (
+            _DEFAULT_N_STEPS if n_steps is None else check_positive_int(n_steps, "n_steps")
+        )
+        self.grad_clip = None if self._auto_grad_clip else positive_float(grad_clip, "grad_clip")
+        self.llr_clip = None if self._auto_llr_clip else positive_float(llr_clip, "llr_clip")
         self.temperature = check_temperature(temperature)
         self.target_accept = check_fraction(target_accept, "target_accept")
         if isinstance(step_jitter, bool | np.bool_):
@@ -162,7 +204,8 @@ class DPHMC(DPStep):
             )
         self.step_jitter = jitter
         self.adapt_step_size = check_flag(adapt_step_size, "adapt_step_size")
-        self.adapt_mass = check_flag(adapt_mass, "adapt_mass")
+        self._adapt_mass_argument = adapt_mass
+        self.adapt_mass = True if adapt_mass is None else check_flag(adapt_mass, "adapt_mass")
         super().__init__(
             vars,
             budget=budget,
@@ -172,18 +215,20 @@ class DPHMC(DPStep):
             nonprivate_diagnostics=nonprivate_diagnostics,
             blocked=blocked,
             rng=rng,
+            init_share=init_share,
         )
         n = self._channel.n_rows
-        self.grad_noise_multiplier = noise_multiplier_from(
-            grad_noise_multiplier, tau_g, n, name="grad_noise_multiplier", tau_name="tau_g"
-        )
-        self.llr_noise_multiplier = noise_multiplier_from(
-            llr_noise_multiplier, tau_l, n, name="llr_noise_multiplier", tau_name="tau_l"
-        )
+        if not self._auto_noise:
+            g, tg, l_, tl = self._noise_arguments
+            self.grad_noise_multiplier = noise_multiplier_from(
+                g, tg, n, name="grad_noise_multiplier", tau_name="tau_g"
+            )
+            self.llr_noise_multiplier = noise_multiplier_from(
+                l_, tl, n, name="llr_noise_multiplier", tau_name="tau_l"
+            )
         ndim = self.space.ndim
-        if mass_diag is None:
-            mass = np.ones(ndim)
-        else:
+        self.mass_diag = None
+        if mass_diag is not None:
             mass = np.asarray(mass_diag, dtype=float)
             if mass.shape not in ((), (ndim,)):
                 raise InvalidParameterError(
@@ -191,9 +236,72 @@ class DPHMC(DPStep):
                     f"unconstrained coordinate of {[v.name for v in self.vars]}."
                 )
             mass = np.broadcast_to(mass, (ndim,)).copy()
-        if not np.all(np.isfinite(mass) & (mass > 0)):
-            raise InvalidParameterError("mass_diag must be positive and finite.")
-        self.mass_diag = mass
+            if not np.all(np.isfinite(mass) & (mass > 0)):
+                raise InvalidParameterError("mass_diag must be positive and finite.")
+            self.mass_diag = mass
+        if self.step_size is None and not (self.automatic or self.init_share):
+            raise InvalidParameterError(
+                "step_size is needed when every privacy setting is given explicitly (there is "
+                "no private initialisation to derive it from): e.g. step_size=0.1."
+            )
+        self._complete_build()
+
+    # ---------------------------------------------------------------- automatic settings
+
+    def _automatic_settings(self) -> list[str]:
+        names = []
+        if self._auto_grad_clip:
+            names.append("grad_clip")
+        if self._auto_llr_clip:
+            names.append("llr_clip")
+        if self._auto_noise:
+            names += ["grad_noise_multiplier", "llr_noise_multiplier"]
+        return names
+
+    def _noise_is_automatic(self) -> bool:
+        return self._auto_noise
+
+    def _configure(self, start: Any) -> None:
+        """Clips, mass and step size from the private start (post-processing)."""
+        if self._auto_grad_clip:  # the preconditioned clip: every coordinate on one scale
+            self.grad_clip = start.precond_clip
+            self.grad_precond = start.precond
+        if self._auto_llr_clip:
+            self.llr_clip = start.llr_clip
+        if self.mass_diag is None:
+            # M⁻¹ = diag Σ̂: the private posterior scale (ones without an initialisation)
+            ndim = self.space.ndim
+            self.mass_diag = np.ones(ndim) if start is None else 1.0 / start.scale**2
+        if self.step_size is None:
+            self.step_size = _DEFAULT_STEP_SIZE / self.space.ndim**0.25
+        if start is not None and self._adapt_mass_argument is None:
+            self.adapt_mass = False  # the private scale beats a mass from a few noisy draws
+        self._reset_adaptation()
+
+    def _target_noise_multipliers(self) -> tuple[float, float]:
+        """``(z_g, z_l)`` at the target noise: ratio noise ``_TARGET_RATIO_NOISE`` nats at a
+        typical trajectory's jump, gradient noise ``_TARGET_GRAD_NOISE`` in the mass's units."""
+        scale = 1.0 / np.sqrt(self.mass_diag)  # posterior sd as the mass sees it
+        jump = self.step_size * self.n_steps * float(np.linalg.norm(scale))
+        z_l = _TARGET_RATIO_NOISE / (2.0 * self.temperature * self.llr_clip * jump)
+        # gradient noise sd in coordinate k is 2 z_g b_g / D_k; in whitened units × sd_k
+        precond = np.ones_like(scale) if self.grad_precond is None else self.grad_precond
+        whitened = float(np.sqrt(np.mean((scale / precond) ** 2)))
+        z_g = _TARGET_GRAD_NOISE / (2.0 * self.grad_clip * whitened)
+        return z_g, z_l
+
+    def _unit_cost(self, scale: float) -> Any:
+        z_g, z_l = self._target_noise_multipliers()
+        return compose(
+            GaussianCost.from_noise_multiplier(scale * z_l),
+            (GaussianCost.from_noise_multiplier(scale * z_g), self.n_steps + 1),
+        )
+
+    def _build_mechanisms(self, noise_scale: float | None) -> None:
+        if noise_scale is not None:
+            z_g, z_l = self._target_noise_multipliers()
+            self.grad_noise_multiplier = noise_scale * z_g
+            self.llr_noise_multiplier = noise_scale * z_l
         self._release_llr = LLRRelease(
             self._channel,
             llr_clip=self.llr_clip,
@@ -207,9 +315,8 @@ class DPHMC(DPStep):
             noise_multiplier=self.grad_noise_multiplier,
             temperature=self.temperature,
             count_clipped=self.nonprivate_diagnostics,
+            precond=self.grad_precond,
         )
-        self._reset_adaptation()
-        self._finish_build()
 
     def _events(self) -> list:
         # one ratio release and L + 1 gradient releases per iteration (theory §4.3)
@@ -218,8 +325,8 @@ class DPHMC(DPStep):
     # ---------------------------------------------------------------- adaptation
 
     def _reset_adaptation(self) -> None:
-        if not hasattr(self, "mass_diag"):  # called by the base before __init__ has finished
-            return
+        if getattr(self, "mass_diag", None) is None or self.step_size is None:
+            return  # called by the base before the settings are known
         self._inv_mass = 1.0 / self.mass_diag
         self._dual = DualAverage(self.step_size, self.target_accept, gamma=_DUAL_AVERAGING_GAMMA)
         tune = self._planned_tune
@@ -288,6 +395,9 @@ class DPHMC(DPStep):
         meta = super().privacy_metadata()
         meta.update(
             dp_grad_clip=self._release_grad.grad_clip,
+            dp_grad_precond="none"
+            if self.grad_precond is None
+            else " ".join(f"{x:.6g}" for x in self.grad_precond),
             dp_llr_clip=self._release_llr.llr_clip,
             dp_grad_noise_multiplier=self._release_grad.noise_multiplier,
             dp_llr_noise_multiplier=self._release_llr.noise_multiplier,

@@ -6,16 +6,19 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from pymc_dp.accounting.costs import GaussianCost
 from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.penalty import (
+    IndependenceProposal,
     PenaltyMechanisms,
     PenaltyParams,
     PenaltyState,
     penalty_kernel,
 )
 from pymc_dp.mechanisms import LLRRelease, MinibatchLLRRelease
+from pymc_dp.prediction import predict_penalty_ess
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
-from pymc_dp.step_methods.base import DPStep
+from pymc_dp.step_methods.base import DEFAULT_CHAINS, DPStep
 from pymc_dp.step_methods.options import (
     check_batch_size,
     check_flag,
@@ -32,10 +35,18 @@ __all__ = ["DPPenalty"]
 # and of one-dimensional updates (0.44).
 _TARGET_RW = 0.234
 _TARGET_OCU = 0.44
+# Without a private initialisation, the random-walk scale defaults to this.
+_DEFAULT_PROPOSAL_SCALE = 0.1
+# The automatic noise aims at this standard deviation (nats) of the released ratio at a typical
+# jump: acceptance · σ² (the ESS bought per unit of privacy) is flat near its optimum σ ≈ 2.4.
+_TARGET_RATIO_NOISE = 2.0
 
 
 class DPPenalty(DPStep):
     """Differentially private penalty-method Metropolis–Hastings (theory §4.1, §4.2).
+
+    ``DPPenalty(budget=budget)`` with no other argument is the recommended start: its clip,
+    scale, start and noise are chosen from accounted releases (theory §7).
 
     Each iteration proposes ``θ'`` and releases the clipped, tempered log-likelihood ratio
     ``T · Σ_i clip(ℓ_i(θ') − ℓ_i(θ), ±b_l ‖θ' − θ‖)`` with Gaussian noise of standard deviation
@@ -58,26 +69,39 @@ class DPPenalty(DPStep):
         sample the rest with a non-private step.
     budget : PrivacyBudget
         The (ε, δ) budget every chain reserves its iterations from.
-    llr_clip : float
-        ``b_l``: per-row bound on the log-likelihood ratio per unit jump length. Choose it so that
-        few rows are clipped (the seeds: under 10–20 %); choosing it by looking at private runs
-        costs privacy that is not accounted.
+    llr_clip : float or "auto"
+        ``b_l``: per-row bound on the log-likelihood ratio per unit jump length. ``"auto"`` (the
+        default): chosen by the private initialisation from a noisy histogram of per-row slopes
+        along the directions the chain jumps in (theory §7). Choosing it by looking at the data
+        or at private runs costs privacy that is not accounted.
     noise_multiplier : float, optional
-        ``z = σ / Δ``. Give exactly one of ``noise_multiplier`` and ``tau``.
+        ``z = σ / Δ``. At most one of ``noise_multiplier`` and ``tau``; with neither, ``z`` is
+        calibrated so that the planned chains spend what is left of the budget exactly
+        (budget-first; the default length aims at a released ratio of about 2 nats).
     tau : float, optional
         The seeds' parametrisation ``z = τ √n`` (full-data steps only; the minibatch thesis writes
         ``σ² = τ c²``, i.e. ``noise_multiplier = √τ``).
     batch_size : int, optional
         ``b``: rows per iteration for the minibatch penalty (``2 ≤ b ≤ n``). Default: all rows.
-    proposal_scale : float or array, optional
-        Random-walk standard deviation per coordinate (default 0.1), adapted during tuning from
-        acceptance flags only (post-processing of released values).
+        The minibatch penalty has no automatic settings: give ``llr_clip`` and
+        ``noise_multiplier``.
+    proposal_scale : float, array or "auto"
+        Random-walk standard deviation per coordinate, adapted during tuning from acceptance
+        flags only (post-processing of released values). ``"auto"``: ``2.38 ŝ/√d`` from the
+        private initialisation's posterior scale ``ŝ``, or 0.1 when the step has none.
     one_component, guided : bool
         One-component updates; guided walk (implies one-component).
     temperature : float
         ``T ∈ (0, 1]``; the likelihood is tempered, privacy is unchanged.
     target_accept : float, optional
         Acceptance rate tuning aims at (0.234, or 0.44 with one-component updates).
+    independence : bool
+        With a private initialisation, propose from a multivariate t around its Laplace
+        approximation with probability ½ per iteration (with the Hastings term). Default True.
+    init_share : float, optional
+        Share of the budget's Gaussian capacity spent on the private initialisation (start,
+        scale, clip; theory §7). Default 0.1 when a setting is automatic, else none; 0 turns it
+        off (every setting must then be given).
     noise_rng : int, optional
         Seed for reproducible DP noise (tests, research). Default: OS entropy.
     nonprivate_diagnostics : bool
@@ -102,15 +126,17 @@ class DPPenalty(DPStep):
         vars: Any = None,
         *,
         budget: Any,
-        llr_clip: float,
+        llr_clip: float | str = "auto",
         noise_multiplier: float | None = None,
         tau: float | None = None,
         batch_size: int | None = None,
-        proposal_scale: float | np.ndarray = 0.1,
+        proposal_scale: float | np.ndarray | str = "auto",
         one_component: bool = False,
         guided: bool = False,
         temperature: float = 1.0,
         target_accept: float | None = None,
+        independence: bool = True,
+        init_share: float | None = None,
         model: Any = None,
         noise_rng: int | None = None,
         row_data: Any = None,
@@ -118,6 +144,8 @@ class DPPenalty(DPStep):
         blocked: bool = True,
         rng: Any = None,
     ) -> None:
+        self._auto_llr_clip = isinstance(llr_clip, str) and llr_clip == "auto"
+        self._auto_noise = noise_multiplier is None and tau is None
         if batch_size is not None:
             batch_size = check_batch_size(batch_size)
             if tau is not None:
@@ -126,8 +154,20 @@ class DPPenalty(DPStep):
                     "noise_multiplier instead (the minibatch thesis' σ² = τ·c² is "
                     "noise_multiplier = √τ)."
                 )
+            if self._auto_llr_clip or self._auto_noise:
+                raise InvalidParameterError(
+                    "The minibatch DP penalty (batch_size=...) has no automatic settings yet: "
+                    "give llr_clip and noise_multiplier, or leave batch_size unset for the "
+                    "full-data DPPenalty, which chooses them privately."
+                )
+        elif not (self._auto_noise or noise_multiplier is None or tau is None):
+            noise_multiplier_from(noise_multiplier, tau, 1, name="noise_multiplier", tau_name="tau")
         self.batch_size = batch_size
-        self.llr_clip = positive_float(llr_clip, "llr_clip")
+        self.llr_clip = None if self._auto_llr_clip else positive_float(llr_clip, "llr_clip")
+        self._noise_arguments = (noise_multiplier, tau)
+        self._proposal_argument = proposal_scale
+        self._independence_argument = check_flag(independence, "independence")
+        self._independence = None
         self.temperature = check_temperature(temperature)
         self.guided = check_flag(guided, "guided")
         self.one_component = check_flag(one_component, "one_component") or self.guided
@@ -146,12 +186,91 @@ class DPPenalty(DPStep):
             nonprivate_diagnostics=nonprivate_diagnostics,
             blocked=blocked,
             rng=rng,
+            init_share=init_share,
         )
         n = self._channel.n_rows
-        self.noise_multiplier = noise_multiplier_from(
-            noise_multiplier, tau, n, name="noise_multiplier", tau_name="tau"
+        if self.batch_size is not None and not 2 <= self.batch_size <= n:
+            raise InvalidParameterError(
+                f"batch_size={self.batch_size} must be between 2 and the number of rows n = {n}."
+            )
+        self.noise_multiplier = (
+            None
+            if self._auto_noise
+            else noise_multiplier_from(
+                noise_multiplier, tau, n, name="noise_multiplier", tau_name="tau"
+            )
         )
-        self.proposal_scale = check_proposal_scale(proposal_scale, self.space.ndim)
+        if not (isinstance(proposal_scale, str) and proposal_scale == "auto"):
+            self.proposal_scale = check_proposal_scale(proposal_scale, self.space.ndim)
+        else:
+            self.proposal_scale = None
+        self._complete_build()
+
+    # ---------------------------------------------------------------- automatic settings
+
+    def _automatic_settings(self) -> list[str]:
+        names = ["llr_clip"] if self._auto_llr_clip else []
+        return names + (["noise_multiplier"] if self._auto_noise else [])
+
+    def _noise_is_automatic(self) -> bool:
+        return self._auto_noise
+
+    def _configure(self, start: Any) -> None:
+        """Ratio clip and random-walk scale from the private start (post-processing)."""
+        if self._auto_llr_clip:
+            self.llr_clip = start.llr_clip
+        if self.proposal_scale is None:
+            if start is None:
+                self.proposal_scale = np.full(self.space.ndim, _DEFAULT_PROPOSAL_SCALE)
+            else:  # the optimal random-walk scale for a Gaussian target (Roberts et al. 1997)
+                self.proposal_scale = 2.38 / np.sqrt(self.space.ndim) * start.scale
+        self._independence = None
+        if start is not None and self._independence_argument:
+            # the private Laplace approximation as an independence proposal (heavier tails)
+            root = np.linalg.cholesky(start.covariance)
+            self._independence = IndependenceProposal(start.theta, root)
+
+    def _target_noise_multiplier(self) -> float:
+        """``z`` whose ratio noise is ``_TARGET_RATIO_NOISE`` nats at the typical jump."""
+        jump = float(np.linalg.norm(self.proposal_scale))
+        if self.one_component:
+            jump = float(np.mean(self.proposal_scale))
+        if self._independence is not None:  # root mean square over the mixture
+            p = self._independence.probability
+            df = self._independence.df
+            far = 2.0 * df / (df - 2.0) * float(np.sum(self._independence.root**2))
+            jump = float(np.sqrt((1 - p) * jump**2 + p * far))
+        return _TARGET_RATIO_NOISE / (2.0 * self.temperature * self.llr_clip * jump)
+
+    def _unit_cost(self, scale: float) -> Any:
+        return GaussianCost.from_noise_multiplier(scale * self._target_noise_multiplier())
+
+    def predicted_ess(self) -> float:
+        """Effective draws this prepared step's plan can give (:mod:`pymc_dp.prediction`).
+
+        Public quantities only: the noise multiplier, the clip, the private initialisation's
+        posterior covariance and the planned chains and draws. ``nan`` without a private
+        initialisation with the independence proposal, or before a plan.
+        """
+        start = self._private_start
+        if self._independence is None or start is None or self._planned_iterations is None:
+            return float("nan")
+        chains = self._planned_chains or DEFAULT_CHAINS
+        draws = self._planned_iterations - (self._planned_tune or 0)
+        return predict_penalty_ess(
+            noise_multiplier=self.noise_multiplier,
+            llr_clip=self.llr_clip,
+            covariance=start.covariance,
+            chains=chains,
+            draws=draws,
+            temperature=self.temperature,
+            independence_probability=self._independence.probability,
+            df=self._independence.df,
+        ).ess
+
+    def _build_mechanisms(self, noise_scale: float | None) -> None:
+        if noise_scale is not None:
+            self.noise_multiplier = noise_scale * self._target_noise_multiplier()
         options = dict(
             llr_clip=self.llr_clip,
             noise_multiplier=self.noise_multiplier,
@@ -161,15 +280,9 @@ class DPPenalty(DPStep):
         if self.batch_size is None:
             self._release = LLRRelease(self._channel, **options)
         else:
-            if not 2 <= self.batch_size <= n:
-                raise InvalidParameterError(
-                    f"batch_size={self.batch_size} must be between 2 and the number of rows "
-                    f"n = {n}."
-                )
             self._release = MinibatchLLRRelease(
                 self._channel, batch_size=self.batch_size, **options
             )
-        self._finish_build()
 
     def _events(self) -> list:
         return [self._release.event]  # one ratio release per iteration
@@ -181,13 +294,15 @@ class DPPenalty(DPStep):
     def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         state = PenaltyState(theta, self._logprior_at(theta), self._directions)
         scale = self.proposal_scale * self._scale.factor
-        params = PenaltyParams(scale, self.one_component, self.guided)
+        params = PenaltyParams(
+            scale, self.one_component, self.guided, independence=self._independence
+        )
         rows = self._channel.n_rows if self.batch_size is None else self.batch_size
         mechanisms = PenaltyMechanisms(self.space.logprior, self._release)
         new_state, info = penalty_kernel(state, params, self.rng, mechanisms)
         self._directions = new_state.directions
         self._remember_logprior(new_state.theta, new_state.logprior)
-        if self.tune:  # acceptance flags are released: tuning on them is free
+        if self.tune and not info.independent:  # released flags: tuning on them is free
             self._scale.update(info.accepted)
         stats = {"accepted": info.accepted, "jump": info.jump}
         if self.nonprivate_diagnostics:

@@ -183,10 +183,7 @@ def test_temperature_reaches_both_releases(monkeypatch):
     ("kwargs", "message"),
     [
         ({"tau_g": 0.1}, r"exactly one of grad_noise_multiplier \(z = σ/Δ\) and tau_g"),
-        (
-            {"llr_noise_multiplier": None},
-            r"exactly one of llr_noise_multiplier \(z = σ/Δ\) and tau_l",
-        ),
+        ({"llr_noise_multiplier": None}, "Give both noise multipliers"),
         ({"n_steps": 0}, "n_steps must be a positive integer"),
         ({"n_steps": 2.5}, "n_steps must be a positive integer"),
         ({"step_size": -0.1}, "step_size must be positive"),

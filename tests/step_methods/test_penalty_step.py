@@ -136,7 +136,7 @@ def test_coverage_and_blocking_are_enforced():
     ("kwargs", "message"),
     [
         ({"noise_multiplier": 1.0, "tau": 0.1}, "exactly one of noise_multiplier"),
-        ({}, "exactly one of noise_multiplier"),
+        ({"batch_size": 10}, "no automatic settings yet: give llr_clip and noise_multiplier"),
         ({"noise_multiplier": 1.0, "llr_clip": 0.0}, "llr_clip must be positive"),
         ({"noise_multiplier": -1.0}, "noise_multiplier must be positive"),
         ({"noise_multiplier": 1.0, "proposal_scale": 0.0}, "proposal_scale must be positive"),

@@ -1,0 +1,247 @@
+"""Private initialisation: noisy clipped-gradient ascent of the log posterior (issue 17).
+
+From PyMC's initial point ``θ₀`` (unconstrained space), for ``t = 1..K``:
+
+1. ``g_t = T · (G(θ) + N(0, σ² I)) + ∇ log p(θ)``: the released clipped gradient sum (one
+   Gaussian mechanism, ``σ = z · 2 b_g``) plus the public log-prior gradient;
+2. an Adam step ``θ ← θ + λ_t m̂_t / (√v̂_t + ϵ)`` (first and second moments of ``g``), with
+   ``λ_t = λ₀`` for the first half and a geometric decay to ``λ₀ · decay`` over the second;
+3. the result is the average of the iterates of the last quarter (Polyak averaging: the
+   noise of the iterates averages out while the drift has stopped).
+
+Everything after the releases is post-processing: the average, the spread of the tail iterates
+(a per-coordinate scale), the tail itself. The privacy cost is ``K`` Gaussian releases,
+composed in the same ledger as the sampler.
+
+NumPy only: the gradient release and the log-prior gradient come in as callables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from pymc_dp.releases import Release
+
+__all__ = ["AscentParams", "AscentResult", "noisy_gradient_ascent"]
+
+
+class AscentParams(NamedTuple):
+    """Public settings of the ascent."""
+
+    iterations: int = 200
+    learning_rate: float = 0.1
+    decay: float = 1e-2  # final learning rate as a fraction of the first
+    beta1: float = 0.9
+    beta2: float = 0.999
+    tail: float = 0.25  # fraction of the last iterates averaged
+
+
+class AscentResult(NamedTuple):
+    """What the ascent gives (all post-processing of the releases)."""
+
+    theta: np.ndarray  # the average of the tail iterates
+    spread: np.ndarray  # per-coordinate sd of the tail iterates
+    tail: np.ndarray  # (k, d) the tail iterates
+    path: np.ndarray  # (K + 1, d) every iterate, the start included
+    stopped: int  # iterations run (fewer when a release was undefined)
+    points: np.ndarray  # (m, d) where each defined gradient was released
+    grads: np.ndarray  # (m, d) the released log-posterior gradients there
+
+
+def _schedule(params: AscentParams) -> np.ndarray:
+    k = params.iterations
+    half = k // 2
+    rates = np.full(k, params.learning_rate)
+    if k - half > 0:
+        rates[half:] = params.learning_rate * params.decay ** (
+            np.arange(1, k - half + 1) / (k - half)
+        )
+    return rates
+
+
+def noisy_gradient_ascent(
+    theta0: np.ndarray,
+    params: AscentParams,
+    release_grad: Callable[[np.ndarray], Release],
+    logprior_grad: Callable[[np.ndarray], np.ndarray],
+) -> AscentResult:
+    """Run the ascent of the module docstring from ``theta0``.
+
+    A release that is undefined (the iterate left the model's support: NaN, nothing read or
+    spent) halves the learning rate and returns to the previous iterate.
+    """
+    theta = np.array(theta0, dtype=float)
+    m = np.zeros_like(theta)
+    v = np.zeros_like(theta)
+    rates = _schedule(params)
+    path = [theta.copy()]
+    points, grads = [], []
+    scale = 1.0
+    t = 0
+    for rate in rates:
+        released = release_grad(theta)
+        grad = np.asarray(released.value, dtype=float) + logprior_grad(theta)
+        if not np.all(np.isfinite(grad)):
+            scale *= 0.5
+            theta = path[-2].copy() if len(path) > 1 else path[0].copy()
+            path.append(theta.copy())
+            continue
+        t += 1
+        points.append(theta.copy())
+        grads.append(grad)
+        m = params.beta1 * m + (1 - params.beta1) * grad
+        v = params.beta2 * v + (1 - params.beta2) * grad**2
+        m_hat = m / (1 - params.beta1**t)
+        v_hat = v / (1 - params.beta2**t)
+        theta = theta + scale * rate * m_hat / (np.sqrt(v_hat) + 1e-12)
+        path.append(theta.copy())
+    trajectory = np.array(path)
+    k = max(2, round(params.tail * params.iterations))
+    tail = trajectory[-k:]
+    return AscentResult(
+        tail.mean(axis=0),
+        tail.std(axis=0, ddof=1),
+        tail,
+        trajectory,
+        t,
+        np.array(points).reshape(-1, theta.size),
+        np.array(grads).reshape(-1, theta.size),
+    )
+
+
+class Design(NamedTuple):
+    """Released gradients at ``θ ± h_j e_j``: finite-difference Hessian columns and their noise.
+
+    ``columns[:, j] = (ḡ(θ + h_j e_j) − ḡ(θ − h_j e_j)) / (2 h_j)``; entry ``(k, j)`` has noise
+    sd ``σ_k / (h_j √(2r))`` (``σ_k`` the releases' noise sd in coordinate ``k``, public).
+    ``gradient`` is the mean of all ``2 d r`` releases, an estimate of ``∇ log π(θ)`` (the
+    symmetric design cancels the linear term), with noise sd ``σ_k / √(2 d r)``.
+    """
+
+    columns: np.ndarray
+    noise: np.ndarray  # (d, d) per entry
+    gradient: np.ndarray
+    gradient_noise: np.ndarray  # (d,)
+    step: np.ndarray
+    points: np.ndarray
+    grads: np.ndarray
+
+
+def gradient_design(
+    theta: np.ndarray,
+    step: np.ndarray,
+    rounds: int,
+    release_grad: Callable[[np.ndarray], Release],
+    logprior_grad: Callable[[np.ndarray], np.ndarray],
+    noise_std: np.ndarray,
+) -> Design:
+    """Release ``rounds`` gradients at each of ``θ ± h_j e_j`` (``h = step``)."""
+    theta = np.asarray(theta, dtype=float)
+    step = np.asarray(step, dtype=float)
+    noise_std = np.broadcast_to(np.asarray(noise_std, dtype=float), theta.shape)
+    d = theta.size
+    plus = np.zeros((d, d))
+    minus = np.zeros((d, d))
+    points, grads = [], []
+    for _ in range(rounds):
+        for j in range(d):
+            for sign, side in ((1.0, plus), (-1.0, minus)):
+                x = theta.copy()
+                x[j] += sign * step[j]
+                g = np.asarray(release_grad(x).value, dtype=float) + logprior_grad(x)
+                side[:, j] += g
+                points.append(x)
+                grads.append(g)
+    count = 2 * d * rounds
+    gradient = (plus.sum(axis=1) + minus.sum(axis=1)) / count
+    columns = (plus - minus) / (rounds * 2.0 * step[None, :])
+    noise = noise_std[:, None] / (step[None, :] * np.sqrt(2.0 * rounds))
+    return Design(
+        columns,
+        noise,
+        gradient,
+        noise_std / np.sqrt(count),
+        step,
+        np.array(points),
+        np.array(grads),
+    )
+
+
+def prior_hessian(
+    logprior_grad: Callable[[np.ndarray], np.ndarray], theta: np.ndarray, step: float = 1e-4
+) -> np.ndarray:
+    """The log-prior's Hessian at ``θ`` by central differences of its (public) gradient."""
+    theta = np.asarray(theta, dtype=float)
+    d = theta.size
+    hessian = np.zeros((d, d))
+    for j in range(d):
+        h = step * max(1.0, abs(theta[j]))
+        e = np.zeros(d)
+        e[j] = h
+        hessian[:, j] = (logprior_grad(theta + e) - logprior_grad(theta - e)) / (2.0 * h)
+    return 0.5 * (hessian + hessian.T)
+
+
+class CurvatureResult(NamedTuple):
+    """A Newton step from one or more gradient designs (post-processing)."""
+
+    theta: np.ndarray  # θ + Σ̂ ḡ, kept inside the designs' trust region
+    covariance: np.ndarray  # (−Ĥ)⁻¹, Ĥ made negative definite
+    hessian: np.ndarray  # Ĥ, symmetrised
+    gradient: np.ndarray  # ḡ
+
+
+def newton_from_designs(
+    theta: np.ndarray,
+    designs: list[Design],
+    *,
+    prior_hessian: np.ndarray | None = None,
+    trust: float = 3.0,
+) -> CurvatureResult:
+    """Combine designs at ``θ`` (each entry weighted by ``1/noise²``) and take a Newton step.
+
+    With the log-prior's Hessian at ``θ`` (public), the likelihood's part ``Ĥ − H_prior`` is
+    projected onto the negative semi-definite matrices (a likelihood's information is never
+    negative) before the prior's is added back: the estimated posterior is then never wider
+    than the prior, whatever the noise did to a weakly identified direction. The step ``Σ̂ ḡ``
+    is kept within ``trust · h_j`` of ``θ`` per coordinate (the largest design step): the
+    quadratic was fitted there only.
+    """
+    theta = np.asarray(theta, dtype=float)
+    weights = [1.0 / np.maximum(design.noise, 1e-300) ** 2 for design in designs]
+    hessian = sum(w * design.columns for w, design in zip(weights, designs, strict=True))
+    hessian = hessian / sum(weights)
+    hessian = 0.5 * (hessian + hessian.T)
+    g_weights = [1.0 / np.maximum(design.gradient_noise, 1e-300) ** 2 for design in designs]
+    gradient = sum(w * design.gradient for w, design in zip(g_weights, designs, strict=True))
+    gradient = gradient / sum(g_weights)
+    if prior_hessian is not None:
+        prior = 0.5 * (prior_hessian + prior_hessian.T)
+        values, vectors = np.linalg.eigh(-(hessian - prior))
+        information = (vectors * np.maximum(values, 0.0)) @ vectors.T
+        values, vectors = np.linalg.eigh(information - prior)
+    else:
+        values, vectors = np.linalg.eigh(-hessian)
+    floor = max(values.max(), 1e-12) * 1e-6
+    values = np.maximum(values, floor)
+    covariance = (vectors / values) @ vectors.T
+    reach = trust * np.max([design.step for design in designs], axis=0)
+    newton = np.clip(covariance @ gradient, -reach, reach)
+    return CurvatureResult(theta + newton, covariance, hessian, gradient)
+
+
+def pooled_newton(
+    points: np.ndarray, grads: np.ndarray, covariance: np.ndarray, centre: np.ndarray, radius: float
+) -> tuple[np.ndarray, int]:
+    """``θ* ≈ mean_t (θ_t + Σ̂ g_t)`` over the releases within ``radius`` (Mahalanobis, in Σ̂)
+    of ``centre``: under the quadratic model each release is an unbiased estimate of the mode
+    with noise ``Σ̂ ξ_t``, so pooling all of them (not only the design's) averages the noise."""
+    inverse = np.linalg.inv(covariance)
+    offsets = points - centre
+    distance = np.sqrt(np.einsum("ti,ij,tj->t", offsets, inverse, offsets))
+    near = distance <= radius
+    estimates = points[near] + grads[near] @ covariance.T
+    return estimates.mean(axis=0), int(near.sum())

@@ -1,0 +1,325 @@
+"""Private initialisation: start, clip bounds and scales from accounted releases only.
+
+A DP step left on its automatic settings (``DPPenalty(budget=budget)``,
+``DPHMC(budget=budget)``) cannot look at the data to choose where to start, what to clip or how
+far to jump. :func:`private_initialization` spends a declared share of the budget (default
+10 % of its Gaussian capacity ``M*``, theory §3) on releases that answer those questions, all
+composed in the same ledger as the sampler, in one reservation made before the first read:
+
+1. **Clip for the ascent.** A noisy histogram of the per-row gradient norms at PyMC's initial
+   point ``θ₀`` (:class:`~pymc_dp.mechanisms.GradNormHistogram`); the bound ``C₀`` is the far
+   tail of the released counts (:func:`~pymc_dp.releases.clip_from_counts`).
+2. **Ascent.** Noisy clipped-gradient ascent of the log posterior from ``θ₀`` (Adam, the tail
+   of the iterates averaged; :func:`~pymc_dp.kernels.initialization.noisy_gradient_ascent`):
+   ``K_a`` :class:`~pymc_dp.mechanisms.GradientRelease` releases, the first half with bound
+   ``C₀``.
+3. **Gradient clip.** Halfway through the ascent, a second norm histogram: the gradient bound
+   ``C`` of the second half and of the sampler, and ``E‖∇ℓ_i‖²``, whence a first guess of the
+   posterior scale ``s₀ = √(d / (n E‖∇ℓ_i‖²))``. (The gradients far from the mode can be much
+   smaller than near it, e.g. for a scale parameter: a clipped ascent converges to the point
+   where the *clipped* gradients balance, so its end must use the bound of the bulk.)
+4. **Curvature.** Gradient releases (bound ``C``) at ``θ_a ± h_j e_j`` with ``h_j = 6 s₀``: a
+   finite-difference Hessian ``Ĥ`` and one Newton step, ``θ* = θ_a + Σ̂ ḡ`` with
+   ``Σ̂ = (−Ĥ)⁻¹`` (:func:`~pymc_dp.kernels.initialization.curvature_refinement`).
+5. **Ratio clip.** A histogram of the directional derivatives ``|∇ℓ_i(θ*)·u_k|`` along ``m``
+   public random directions ``u_k ∝ Σ̂^{1/2} ξ_k`` (the directions the sampler will jump in):
+   the per-row log-likelihood-ratio bound per unit jump ``b_l``. A ratio over a jump ``Δ`` is
+   ``ℓ_i(θ + Δ) − ℓ_i(θ) ≈ ∇ℓ_i·Δ``, so this is the quantity the ratio clip bounds, and it is
+   smaller than the gradient norm by about ``√d``.
+
+Everything derived afterwards (``θ*``, ``Σ̂``, ``C``, ``b_l``, the chains' dispersed starts
+``θ* + Σ̂^{1/2} ξ``, proposal scales and masses) is post-processing of these releases and free.
+The noise of the phases: each histogram gets 10 % of the initialisation's ``μ``, the
+``K = K_a + 2 d r`` gradient releases share the rest equally.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pymc_dp.accounting import compose
+from pymc_dp.accounting.costs import GaussianCost
+from pymc_dp.errors import BudgetExceededError, InsufficientDataError, InvalidParameterError
+from pymc_dp.kernels.initialization import (
+    AscentParams,
+    gradient_design,
+    newton_from_designs,
+    noisy_gradient_ascent,
+    prior_hessian,
+)
+from pymc_dp.mechanisms import GradientRelease, GradNormHistogram, PrivateChannel
+from pymc_dp.releases import clip_from_counts, mean_square_from_counts
+
+__all__ = ["DEFAULT_INIT_SHARE", "PrivateStart", "private_initialization"]
+
+#: Share of the budget's Gaussian capacity spent on initialisation by default.
+DEFAULT_INIT_SHARE = 0.1
+#: Histograms released, and the share of the initialisation's μ given to each.
+_HISTOGRAMS = 4
+_HISTOGRAM_SHARE = 0.075
+_MIN_SIGNAL_TO_NOISE = 4.0  # a curvature estimate this many noise sd from zero is trusted
+#: Histogram bins: edges 2^(k/4), k = −80 … 80 (10⁻⁶ … 10⁶), ratio 2^(1/4) between edges.
+HISTOGRAM_EDGES = 2.0 ** (np.arange(-80, 81) / 4.0)
+_ASCENT_ITERATIONS = 100
+_CURVATURE_RELEASES = 96  # at least one round of 2d
+_DIRECTIONS = 8
+_DESIGN_STEP = 10.0  # h_j in units of the scale guess s₀
+
+
+@dataclass(frozen=True)
+class PrivateStart:
+    """What the private initialisation released, after post-processing (all public).
+
+    Attributes
+    ----------
+    theta : ndarray
+        ``θ*``: the estimated posterior mode (unconstrained space).
+    covariance : ndarray
+        ``Σ̂``: the estimated posterior covariance (Laplace, from released gradients).
+    grad_clip : float
+        Per-row gradient-norm bound for the sampler.
+    llr_clip : float
+        Per-row log-likelihood-ratio bound per unit jump length.
+    ascent_clip : float
+        The bound the ascent used (chosen at PyMC's initial point).
+    mu : float
+        PLD parameter spent (Gaussian: it adds up with the sampler's).
+    phases : dict
+        ``μ`` per phase: ``"clip selection"`` (the three histograms) and ``"initialisation"``
+        (the gradient releases).
+    releases : int
+        Gradient releases made.
+    """
+
+    theta: np.ndarray
+    covariance: np.ndarray
+    grad_clip: float
+    llr_clip: float
+    ascent_clip: float
+    mu: float
+    phases: dict[str, float] = field(default_factory=dict)
+    releases: int = 0
+    ascent_theta: np.ndarray | None = None
+    precond: np.ndarray | None = None
+    precond_clip: float | None = None
+    histograms: int = 0
+
+    @property
+    def scale(self) -> np.ndarray:
+        """Per-coordinate posterior standard deviations ``√diag Σ̂``."""
+        return np.sqrt(np.diag(self.covariance))
+
+    def dispersed_start(self, rng: np.random.Generator, spread: float = 1.0) -> np.ndarray:
+        """A chain's start ``θ* + spread · Σ̂^{1/2} ξ``, ``ξ ~ N(0, I)`` from a public generator."""
+        root = np.linalg.cholesky(self.covariance)
+        return self.theta + spread * root @ rng.standard_normal(self.theta.size)
+
+
+def _hidden_margin(noise_std: float, n_rows: int) -> int:
+    """Grid steps to add above the visible tail: rows that sub-threshold bins may hide.
+
+    Up to about ``5σ`` rows can sit above the clip unseen; their bias on the mode is roughly
+    ``3.6 σ / √n`` posterior sd (a clipped excess of about a third of the bound per row, a
+    per-row information of about ``(b/3)²``). Each factor √2 (two grid steps) up roughly
+    halves it.
+    """
+    bias = 3.6 * noise_std / math.sqrt(n_rows)
+    return 0 if bias <= 0.25 else (2 if bias <= 0.5 else 4)
+
+
+def _clip(counts: np.ndarray, noise_std: float, values: int, what: str, per_row: int = 1) -> float:
+    n_rows = values // per_row
+    bound = clip_from_counts(
+        counts,
+        HISTOGRAM_EDGES,
+        noise_std,
+        values,
+        steps_up=_hidden_margin(noise_std / per_row, n_rows),
+    )
+    if np.isinf(bound):
+        raise InsufficientDataError(
+            f"The noisy histogram of {what} puts many rows above {HISTOGRAM_EDGES[-1]:g}: the "
+            "per-row gradients are too large to bound privately here. Rescale the model's "
+            "variables, or give the clip bounds and noise multipliers explicitly."
+        )
+    if not np.isfinite(bound):
+        raise InsufficientDataError(
+            f"The noisy histogram of {what} shows no bin above its noise (σ = {noise_std:.3g} "
+            f"counts): too few rows for this budget to choose clip bounds privately. Give the "
+            "clip bounds and noise multipliers explicitly, or use a larger epsilon."
+        )
+    return bound
+
+
+def private_initialization(
+    channel: PrivateChannel,
+    budget: object,
+    theta0: np.ndarray,
+    *,
+    share: float = DEFAULT_INIT_SHARE,
+    public_rng: np.random.Generator,
+    label: str = "initialization",
+) -> PrivateStart:
+    """Run the phases of the module docstring from ``θ₀`` and return what they found.
+
+    Parameters
+    ----------
+    channel : PrivateChannel
+        The step's channel; its counter is limited to this reservation.
+    budget : PrivacyBudget
+        The step's budget; one reservation of ``share · M*`` is made before the first read.
+    theta0 : ndarray
+        The starting point (PyMC's initial point, unconstrained).
+    share : float
+        Share of the budget's Gaussian capacity ``M*`` to spend, in ``(0, 1)``.
+    public_rng : numpy.random.Generator
+        Public randomness (the directions of the ratio histogram).
+    label : str
+        Mechanism name recorded in the ledger.
+    """
+    space = channel.space
+    d, n = space.ndim, channel.n_rows
+    mu_init = float(share) * budget.capacity_mu
+    mu_histogram = _HISTOGRAM_SHARE * mu_init
+    rounds = max(2, math.ceil(_CURVATURE_RELEASES / (2 * d)))
+    n_grads = _ASCENT_ITERATIONS + 2 * d * rounds
+    z_histogram = math.sqrt(1.0 / (2.0 * mu_histogram))
+    z_grad = math.sqrt(n_grads / (2.0 * (mu_init - _HISTOGRAMS * mu_histogram)))
+    histogram_event = GaussianCost.from_noise_multiplier(z_histogram)
+    grad_event = GaussianCost.from_noise_multiplier(z_grad)
+    cost = compose((histogram_event, _HISTOGRAMS), (grad_event, n_grads))
+
+    channel.check_before_reading(theta0)
+    if not budget.fits(cost, 1):
+        raise BudgetExceededError(
+            f"{budget.spent_summary()}; the private initialisation ({share:.0%} of the budget's "
+            "capacity) does not fit beside what is already spent on this dataset. Nothing was "
+            "read. Use a new budget for new data, or give every setting explicitly with "
+            "init_share=0."
+        )
+    budget.reserve(cost, 1, mechanism=label)
+    channel.counter.allow(cost, 1)
+    released_before = channel.counter.mu
+
+    # 1. clip for the ascent, at θ₀
+    norms0 = GradNormHistogram(channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram)
+    released = norms0(theta0)
+    ascent_clip = _clip(released.value, released.noise_std, n, "gradient norms at the start")
+
+    # 2.–3. ascent; halfway, the gradient clip and a scale guess from a histogram there
+    ascent_release = GradientRelease(channel, grad_clip=ascent_clip, noise_multiplier=z_grad)
+    chosen: dict[str, float] = {}
+
+    def release(theta: np.ndarray):
+        nonlocal ascent_release
+        if len(chosen) == 0 and release.calls == _ASCENT_ITERATIONS // 2:
+            norms = GradNormHistogram(channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram)
+            counts = norms(theta)
+            chosen["grad_clip"] = _clip(counts.value, counts.noise_std, n, "gradient norms")
+            chosen["mean_square"] = mean_square_from_counts(
+                counts.value, HISTOGRAM_EDGES, counts.noise_std
+            )
+            ascent_release = GradientRelease(
+                channel, grad_clip=chosen["grad_clip"], noise_multiplier=z_grad
+            )
+        release.calls += 1
+        return ascent_release(theta)
+
+    release.calls = 0
+    ascent = noisy_gradient_ascent(
+        theta0, AscentParams(iterations=_ASCENT_ITERATIONS), release, space.logprior_grad
+    )
+    theta_a = ascent.theta
+    if not chosen:  # every release was undefined (the ascent never left the support's edge)
+        raise InsufficientDataError(
+            "The private ascent found no point where the gradient is defined; give the "
+            "settings explicitly (init_share=0) and a start with initvals."
+        )
+    grad_clip = chosen["grad_clip"]
+    mean_square = min(chosen["mean_square"], grad_clip**2)
+    scale_guess = math.sqrt(d / (n * mean_square)) if mean_square > 0 else 1.0
+
+    # 4. curvature, stage 1: plain clip C, steps h = 10 s₀; per-coordinate information
+    half = max(1, rounds // 2)
+    sigma = z_grad * 2.0 * grad_clip
+    plain = GradientRelease(channel, grad_clip=grad_clip, noise_multiplier=z_grad)
+    first = gradient_design(
+        theta_a, np.full(d, _DESIGN_STEP * scale_guess), half, plain, space.logprior_grad, sigma
+    )
+    curvature = -np.diag(first.columns)
+    noise = np.diag(first.noise)
+    known = curvature >= _MIN_SIGNAL_TO_NOISE * noise
+    # per-row information of coordinate j: I_j ≈ −H_jj / n, bounded below by what the noise
+    # allows; the preconditioner D_j = 1/√I_j puts every coordinate's gradients on one scale
+    information = np.maximum(curvature, 2.0 * noise) / n
+    precond = 1.0 / np.sqrt(information)
+    precond /= np.exp(np.mean(np.log(precond)))  # geometric mean one: only ratios matter
+    step2 = np.where(known, 4.0 / np.sqrt(np.where(known, curvature, 1.0)), 4.0 * first.step)
+    step2 = np.maximum(step2, first.step)
+
+    # 5. the preconditioned clip: a histogram of ‖D ∇ℓ_i‖ at θ_a
+    scaled_norms = GradNormHistogram(
+        channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, precond=precond
+    )
+    released = scaled_norms(theta_a)
+    precond_clip = _clip(released.value, released.noise_std, n, "scaled gradient norms")
+
+    # 6. curvature, stage 2: preconditioned releases, steps of about four sd; Newton
+    scaled = GradientRelease(
+        channel, grad_clip=precond_clip, noise_multiplier=z_grad, precond=precond
+    )
+    second = gradient_design(
+        theta_a,
+        step2,
+        rounds - half,
+        scaled,
+        space.logprior_grad,
+        z_grad * 2.0 * precond_clip / precond,
+    )
+    prior = prior_hessian(space.logprior_grad, theta_a)  # public
+    refined = newton_from_designs(theta_a, [first, second], prior_hessian=prior)
+    theta_star, covariance = refined.theta, refined.covariance
+    if not (np.all(np.isfinite(theta_star)) and space.in_support(theta_star)):
+        theta_star = theta_a
+    if not np.all(np.isfinite(covariance)):
+        covariance = np.diag(1.0 / (n * information))
+
+    # 5. ratio clip along the directions the sampler jumps in
+    root = np.sqrt(np.diag(covariance))
+    directions = public_rng.standard_normal((_DIRECTIONS, d)) * root
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    slopes = GradNormHistogram(
+        channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, directions=directions
+    )
+    released = slopes(theta_star)
+    llr_clip = _clip(
+        released.value,
+        released.noise_std,
+        n * _DIRECTIONS,
+        "log-likelihood slopes",
+        per_row=_DIRECTIONS,
+    )
+    if channel.counter.mu - released_before > cost.gaussian_mu() * (1 + 1e-9):
+        raise InvalidParameterError(  # pragma: no cover - the counter refuses it first
+            "internal error: the initialisation released more than it reserved"
+        )
+    return PrivateStart(
+        theta=theta_star,
+        covariance=covariance,
+        grad_clip=grad_clip,
+        llr_clip=llr_clip,
+        ascent_clip=ascent_clip,
+        mu=float(cost.gaussian_mu()),
+        phases={
+            "clip selection": _HISTOGRAMS * float(histogram_event.gaussian_mu()),
+            "initialisation": n_grads * float(grad_event.gaussian_mu()),
+        },
+        releases=n_grads,
+        ascent_theta=theta_a,
+        precond=precond,
+        precond_clip=precond_clip,
+        histograms=_HISTOGRAMS,
+    )

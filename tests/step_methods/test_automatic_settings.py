@@ -1,0 +1,153 @@
+"""Steps on automatic settings: private initialisation, private clips, budget-first noise.
+
+``DPPenalty(budget=budget)`` and ``DPHMC(budget=budget)`` choose their start, clip bounds,
+scales and noise from accounted releases only; these tests check the accounting (one
+reservation before any read, the whole budget spent and never more, each phase reported) and
+that the result is a usable posterior where the budget allows it, against a closed form.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp
+from pymc_dp.accounting import gaussian_capacity, gaussian_epsilon
+from pymc_dp.errors import BudgetExceededError, InvalidParameterError
+from pymc_dp.noise import NoiseSource
+from pymc_dp.step_methods.initialization import private_initialization
+
+N = 20_000
+
+
+def normal_model(n: int = N, seed: int = 0):
+    """``y ~ N(μ, σ)`` with PyMC-docs priors; the Laplace posterior is closed-form at this n."""
+    y = np.random.default_rng(seed).normal(1.5, 2.0, n)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        sigma = pm.HalfNormal("sigma", 5.0)
+        pm.Normal("y", mu, sigma, observed=y)
+    # posterior of (μ, log σ): means ≈ (ȳ, log s), sds ≈ (s/√n, 1/√(2n))
+    s = y.std()
+    return model, np.array([y.mean(), np.log(s)]), np.array([s / np.sqrt(n), 1 / np.sqrt(2 * n)])
+
+
+def quiet() -> dict:
+    return {"progressbar": False, "compute_convergence_checks": False}
+
+
+def test_private_initialization_reserves_once_before_reading_and_lands_near_the_mode():
+    model, mean, sd = normal_model()
+    with model:
+        step = pymc_dp.DPPenalty(
+            budget=pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-6),
+            llr_clip=1.0,
+            noise_multiplier=10.0,
+        )
+    channel = step._channel
+    theta0 = step.space.ravel(model.initial_point())
+    budget = pymc_dp.PrivacyBudget(epsilon=5.0, delta=1e-6)
+    budget.reserve(budget.capacity_mu * 0.95, 1, mechanism="earlier")  # leaves too little
+    reads = channel.reads
+    with pytest.raises(BudgetExceededError, match="does not fit"):
+        private_initialization(channel, budget, theta0, public_rng=np.random.default_rng(0))
+    assert channel.reads == reads  # refused before reading anything
+    errors, ratios = [], []
+    for seed in range(3):
+        budget = pymc_dp.PrivacyBudget(epsilon=5.0, delta=1e-6)
+        channel.start_chain(NoiseSource())  # a fresh counter: only this call's releases
+        start = private_initialization(
+            channel, budget, theta0, share=0.1, public_rng=np.random.default_rng(seed)
+        )
+        (entry,) = budget.history()
+        assert entry.mechanism == "initialization" and entry.iterations == 1
+        assert entry.cost.gaussian_mu() == pytest.approx(0.1 * budget.capacity_mu, rel=1e-9)
+        assert channel.counter.mu <= entry.cost.gaussian_mu() * (1 + 1e-9)
+        assert start.mu == pytest.approx(sum(start.phases.values()))
+        errors.append(np.abs(start.theta - mean) / sd)
+        ratios.append(start.scale / sd)
+    assert np.max(errors) < 8.0, errors  # PyMC's start (μ = 0, σ = 4) is 107 and 184 sd away
+    assert 0.5 < np.min(ratios) and np.max(ratios) < 2.0, ratios
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", [pymc_dp.DPPenalty, pymc_dp.DPHMC])
+def test_default_settings_spend_the_budget_exactly_and_report_each_phase(cls):
+    model, mean, sd = normal_model()
+    budget = pymc_dp.PrivacyBudget(epsilon=10.0, delta=1e-6)
+    with model:
+        step = cls(budget=budget)
+    assert step.automatic and not step.prepared
+    with pytest.raises(InvalidParameterError, match="has not done so yet"):
+        step.cost  # noqa: B018
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pymc_dp.ConvergenceWarning)
+        idata = pymc_dp.sample(step, chains=2, cores=1, random_seed=1, **quiet())
+    meta = pymc_dp.privacy_report(idata, show=False)
+    # everything is Gaussian: the phases' μ add up to the total, which is the whole capacity
+    phases = {k: v for k, v in meta.items() if k.startswith("dp_phase_") and k.endswith("_mu")}
+    assert set(phases) == {
+        "dp_phase_clip_selection_mu",
+        "dp_phase_initialisation_mu",
+        "dp_phase_tuning_mu",
+        "dp_phase_sampling_mu",
+    }
+    assert sum(phases.values()) == pytest.approx(meta["dp_mu_spent"], rel=1e-9)
+    capacity = float(gaussian_capacity(10.0, 1e-6))
+    assert meta["dp_mu_spent"] <= capacity * (1 + 1e-9)
+    assert meta["dp_mu_spent"] >= 0.99 * capacity
+    assert meta["dp_epsilon_spent"] == pytest.approx(
+        float(gaussian_epsilon(1e-6, meta["dp_mu_spent"])), rel=1e-9
+    )
+    assert meta["dp_epsilon_spent"] <= 10.0 * (1 + 1e-9)
+    assert budget.report().spent_epsilon == pytest.approx(meta["dp_epsilon_spent"], rel=1e-6)
+    assert meta["dp_private_initialization"] == 1
+    post = idata.posterior
+    draws = np.c_[post["mu"].values.ravel(), np.log(post["sigma"].values.ravel())]
+    # at this budget (n = 20 000, ε = 10: about 10 effective draws) the draws land in the bulk,
+    # within a few sd: PyMC's start is 107 and 184 sd away, and the initialisation's own error
+    # is about 2 sd per coordinate (the σ gradient's heavy tail sets a large clip)
+    assert np.all(np.abs(draws.mean(0) - mean) / sd < 6.0), (draws.mean(0) - mean) / sd
+    assert np.all(draws.std(0) / sd < 3.0)
+
+
+def test_automatic_settings_need_an_initialisation_and_name_what_is_missing():
+    model, _, _ = normal_model(2000)
+    budget = pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-6)
+    with model:
+        step = pymc_dp.DPPenalty(budget=budget, init_share=0)
+        with pytest.raises(InvalidParameterError, match=r"\['llr_clip', 'noise_multiplier'\]"):
+            step.prepare()
+        with pytest.raises(InvalidParameterError, match="Give both noise multipliers"):
+            pymc_dp.DPHMC(budget=budget, grad_noise_multiplier=10.0)
+        with pytest.raises(InvalidParameterError, match="step_size is needed"):
+            pymc_dp.DPHMC(
+                budget=budget,
+                grad_clip=1.0,
+                llr_clip=1.0,
+                grad_noise_multiplier=10.0,
+                llr_noise_multiplier=10.0,
+            )
+        with pytest.raises(InvalidParameterError, match="init_share must be in"):
+            pymc_dp.DPPenalty(budget=budget, init_share=1.5)
+    assert len(budget.history()) == 0  # nothing reserved, nothing read
+
+
+@pytest.mark.slow
+def test_plain_pm_sample_prepares_a_sequential_automatic_step_once():
+    model, mean, sd = normal_model()
+    budget = pymc_dp.PrivacyBudget(epsilon=10.0, delta=1e-6)
+    with model:
+        step = pymc_dp.DPPenalty(budget=budget)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(step=step, chains=2, cores=1, tune=20, draws=40, **quiet())
+    mechanisms = [e.mechanism for e in budget.history()]
+    assert mechanisms.count("initialization") == 1  # one initialisation for both chains
+    assert budget.report().spent_epsilon <= 10.0 * (1 + 1e-9)
+    start = idata.posterior["mu"].values[:, 0]
+    assert start[0] != start[1]  # the chains start dispersed around the private mode
+    assert np.all(np.abs(start - mean[0]) / sd[0] < 10)
