@@ -25,7 +25,15 @@ import numpy as np
 
 from pymc_dp.releases import Release
 
-__all__ = ["AscentParams", "AscentResult", "noisy_gradient_ascent"]
+__all__ = [
+    "AscentParams",
+    "AscentResult",
+    "gradient_design",
+    "newton_from_designs",
+    "noisy_gradient_ascent",
+    "pooled_mode",
+    "prior_hessian",
+]
 
 
 class AscentParams(NamedTuple):
@@ -215,6 +223,13 @@ def newton_from_designs(
     hessian = sum(w * design.columns for w, design in zip(weights, designs, strict=True))
     hessian = hessian / sum(weights)
     hessian = 0.5 * (hessian + hessian.T)
+    # off-diagonal entries within two noise sd of zero are noise: soft-thresholded, so that a
+    # noisy design does not invent correlations
+    variance = 1.0 / sum(weights)
+    noise = 0.5 * np.sqrt(variance + variance.T)  # sd of the symmetrised entry
+    off = ~np.eye(hessian.shape[0], dtype=bool)
+    shrunk = np.sign(hessian) * np.maximum(np.abs(hessian) - 2.0 * noise, 0.0)
+    hessian = np.where(off, shrunk, hessian)
     g_weights = [1.0 / np.maximum(design.gradient_noise, 1e-300) ** 2 for design in designs]
     gradient = sum(w * design.gradient for w, design in zip(g_weights, designs, strict=True))
     gradient = gradient / sum(g_weights)
@@ -233,15 +248,27 @@ def newton_from_designs(
     return CurvatureResult(theta + newton, covariance, hessian, gradient)
 
 
-def pooled_newton(
-    points: np.ndarray, grads: np.ndarray, covariance: np.ndarray, centre: np.ndarray, radius: float
-) -> tuple[np.ndarray, int]:
-    """``θ* ≈ mean_t (θ_t + Σ̂ g_t)`` over the releases within ``radius`` (Mahalanobis, in Σ̂)
-    of ``centre``: under the quadratic model each release is an unbiased estimate of the mode
-    with noise ``Σ̂ ξ_t``, so pooling all of them (not only the design's) averages the noise."""
-    inverse = np.linalg.inv(covariance)
-    offsets = points - centre
-    distance = np.sqrt(np.einsum("ti,ij,tj->t", offsets, inverse, offsets))
-    near = distance <= radius
-    estimates = points[near] + grads[near] @ covariance.T
-    return estimates.mean(axis=0), int(near.sum())
+def pooled_mode(
+    points: np.ndarray,
+    grads: np.ndarray,
+    noise_var: np.ndarray,
+    covariance: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The mode from every released gradient under the quadratic model, by generalised least
+    squares; ``(θ̂, Cov θ̂)``.
+
+    Under ``log π(x) ≈ −½ (x − θ)ᵀ Σ⁻¹ (x − θ)`` each release ``g_t = Σ⁻¹(θ − x_t) + ξ_t``
+    (``ξ_t ~ N(0, diag V_t)``, ``V_t`` public) gives ``Σ⁻¹ θ = Σ⁻¹ x_t + g_t − ξ_t``: one noisy
+    observation of ``Σ⁻¹ θ`` per release, coordinate by coordinate. Their inverse-variance
+    weighted mean ``m`` gives ``θ̂ = Σ m`` with ``Cov θ̂ = Σ diag(1/Σ_t V_t⁻¹) Σ`` (the
+    uncertainty of the location from the releases' noise alone; the curvature's own error is
+    not in it). Post-processing of released values.
+    """
+    points = np.asarray(points, dtype=float)
+    grads = np.asarray(grads, dtype=float)
+    weights = 1.0 / np.maximum(np.asarray(noise_var, dtype=float), 1e-300)
+    precision = np.linalg.inv(covariance)
+    observed = points @ precision.T + grads
+    total = weights.sum(axis=0)
+    mean = np.sum(weights * observed, axis=0) / total
+    return covariance @ mean, (covariance / total) @ covariance

@@ -52,6 +52,7 @@ from pymc_dp.noise import NoiseSource
 from pymc_dp.planning import plan_iterations
 from pymc_dp.step_methods.initialization import (
     DEFAULT_INIT_SHARE,
+    MAX_INIT_SHARE,
     PrivateStart,
     private_initialization,
 )
@@ -308,6 +309,8 @@ class DPStep(BlockedStep):
                 self.budget,
                 theta0,
                 share=share,
+                # on the default share, a refinement may add more while the mode is uncertain
+                max_share=MAX_INIT_SHARE if self.init_share is None else None,
                 public_rng=np.random.default_rng(self.rng.integers(2**63)),
             )
             self._private_start = start
@@ -660,10 +663,9 @@ class DPStep(BlockedStep):
         start = self._private_start
         if start is None:
             return {"dp_private_initialization": 0}
-        share = DEFAULT_INIT_SHARE if self.init_share is None else self.init_share
         return {
             "dp_private_initialization": 1,
-            "dp_init_share": float(share),
+            "dp_init_share": float(start.mu / self.budget.capacity_mu),
             "dp_init_gradient_releases": int(start.releases),
             "dp_init_histograms": int(start.histograms),
             "dp_automatic_settings": ", ".join(self._automatic_settings()) or "none",

@@ -48,15 +48,23 @@ from pymc_dp.kernels.initialization import (
     gradient_design,
     newton_from_designs,
     noisy_gradient_ascent,
+    pooled_mode,
     prior_hessian,
 )
 from pymc_dp.mechanisms import GradientRelease, GradNormHistogram, PrivateChannel
-from pymc_dp.releases import clip_from_counts, mean_square_from_counts
+from pymc_dp.releases import Release, clip_from_counts, mean_square_from_counts
 
-__all__ = ["DEFAULT_INIT_SHARE", "PrivateStart", "private_initialization"]
+__all__ = [
+    "DEFAULT_INIT_SHARE",
+    "MAX_INIT_SHARE",
+    "PrivateStart",
+    "private_initialization",
+]
 
 #: Share of the budget's Gaussian capacity spent on initialisation by default.
 DEFAULT_INIT_SHARE = 0.1
+#: On the default share, the most a refinement may raise it to (the sampler keeps the rest).
+MAX_INIT_SHARE = 0.75
 #: Histograms released, and the share of the initialisation's μ given to each.
 _HISTOGRAMS = 4
 _HISTOGRAM_SHARE = 0.075
@@ -64,7 +72,12 @@ _MIN_SIGNAL_TO_NOISE = 4.0  # a curvature estimate this many noise sd from zero 
 #: Histogram bins: edges 2^(k/4), k = −80 … 80 (10⁻⁶ … 10⁶), ratio 2^(1/4) between edges.
 HISTOGRAM_EDGES = 2.0 ** (np.arange(-80, 81) / 4.0)
 _ASCENT_ITERATIONS = 100
-_CURVATURE_RELEASES = 96  # at least one round of 2d
+_FIRST_DESIGN_RELEASES = 32  # stage 1 (plain clip; the preconditioner); at least 2d
+_CURVATURE_RELEASES = 96  # stage 2 (preconditioned; the mode and the Hessian); at least 4d
+#: The refinement aims to know the mode to within this many posterior sd (one sd of θ*).
+_LOCATION_TARGET = 0.4
+_REFINEMENT_STEP = 1.0  # the refinement's design steps, in posterior sd
+_POOL_RADIUS = 6.0  # releases this far from the mode (Mahalanobis, in Σ̂) join the pooled mode
 _DIRECTIONS = 8
 _DESIGN_STEP = 10.0  # h_j in units of the scale guess s₀
 
@@ -106,15 +119,29 @@ class PrivateStart:
     precond: np.ndarray | None = None
     precond_clip: float | None = None
     histograms: int = 0
+    location_covariance: np.ndarray | None = None
 
     @property
     def scale(self) -> np.ndarray:
         """Per-coordinate posterior standard deviations ``√diag Σ̂``."""
         return np.sqrt(np.diag(self.covariance))
 
+    @property
+    def proposal_covariance(self) -> np.ndarray:
+        """``Σ̂ + Cov θ*``: where the posterior may be, given the releases' noise.
+
+        The posterior's own width plus the uncertainty of its estimated location; chains start
+        and independence proposals are drawn from it, so that a small budget gives honest,
+        wide draws rather than narrow ones around a noisy mode.
+        """
+        if self.location_covariance is None:
+            return self.covariance
+        return self.covariance + self.location_covariance
+
     def dispersed_start(self, rng: np.random.Generator, spread: float = 1.0) -> np.ndarray:
-        """A chain's start ``θ* + spread · Σ̂^{1/2} ξ``, ``ξ ~ N(0, I)`` from a public generator."""
-        root = np.linalg.cholesky(self.covariance)
+        """A chain's start ``θ* + spread · (Σ̂ + Cov θ*)^{1/2} ξ``, ``ξ ~ N(0, I)`` from a
+        public generator."""
+        root = np.linalg.cholesky(self.proposal_covariance)
         return self.theta + spread * root @ rng.standard_normal(self.theta.size)
 
 
@@ -154,12 +181,70 @@ def _clip(counts: np.ndarray, noise_std: float, values: int, what: str, per_row:
     return bound
 
 
+def _pooled(
+    records: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    covariance: np.ndarray,
+    centre: np.ndarray,
+    last: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The pooled mode (:func:`~pymc_dp.kernels.initialization.pooled_mode`) from the ``last``
+    releases (the final design, always) and every earlier one within ``_POOL_RADIUS`` of
+    ``centre`` in the metric of ``Σ̂``: where the quadratic model holds."""
+    points, grads, variances = (np.array(x) for x in zip(*records, strict=True))
+    inverse = np.linalg.inv(covariance)
+    offsets = points - centre
+    distance = np.sqrt(np.einsum("ti,ij,tj->t", offsets, inverse, offsets))
+    keep = distance <= _POOL_RADIUS
+    keep[-last:] = True
+    return pooled_mode(points[keep], grads[keep], variances[keep], covariance)
+
+
+def _refine(
+    theta: np.ndarray,
+    covariance: np.ndarray,
+    location_covariance: np.ndarray,
+    rounds: int,
+    *,
+    designs: list,
+    release,
+    records: list,
+    space,
+    prior: np.ndarray,
+    noise_std: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two Newton steps from designs of ``rounds`` rounds in all (a third, then the rest), each
+    centred at the current mode with steps of ``_REFINEMENT_STEP`` posterior sd: the mode's
+    estimate is a design's mean gradient, whose bias grows as the square of the step (a cubic
+    term), and a second step corrects what the curvature's error left of a long first one."""
+    first = max(1, rounds // 3) if rounds >= 2 else rounds
+    for part in (first, rounds - first):
+        if part < 1:
+            continue
+        design = gradient_design(
+            theta,
+            _REFINEMENT_STEP * np.sqrt(np.diag(covariance)),
+            part,
+            release,
+            space.logprior_grad,
+            noise_std,
+        )
+        designs = [*designs, design]
+        refined = newton_from_designs(theta, designs, prior_hessian=prior).covariance
+        if np.all(np.isfinite(refined)):
+            covariance = refined
+        pooled, pooled_cov = _pooled(records, covariance, theta, len(design.points))
+        if np.all(np.isfinite(pooled)) and space.in_support(pooled):
+            theta, location_covariance = pooled, pooled_cov
+    return theta, covariance, location_covariance
+
+
 def private_initialization(
     channel: PrivateChannel,
     budget: object,
     theta0: np.ndarray,
     *,
     share: float = DEFAULT_INIT_SHARE,
+    max_share: float | None = None,
     public_rng: np.random.Generator,
     label: str = "initialization",
 ) -> PrivateStart:
@@ -175,6 +260,10 @@ def private_initialization(
         The starting point (PyMC's initial point, unconstrained).
     share : float
         Share of the budget's Gaussian capacity ``M*`` to spend, in ``(0, 1)``.
+    max_share : float, optional
+        With ``max_share > share``, a refinement may spend up to ``max_share · M*`` in all
+        (a second reservation, before its releases) while the released gradients place the mode
+        no better than ``_LOCATION_TARGET`` posterior sd (step 7 of the module docstring).
     public_rng : numpy.random.Generator
         Public randomness (the directions of the ratio histogram).
     label : str
@@ -184,8 +273,9 @@ def private_initialization(
     d, n = space.ndim, channel.n_rows
     mu_init = float(share) * budget.capacity_mu
     mu_histogram = _HISTOGRAM_SHARE * mu_init
-    rounds = max(2, math.ceil(_CURVATURE_RELEASES / (2 * d)))
-    n_grads = _ASCENT_ITERATIONS + 2 * d * rounds
+    rounds_first = max(1, math.ceil(_FIRST_DESIGN_RELEASES / (2 * d)))
+    rounds_second = max(2, math.ceil(_CURVATURE_RELEASES / (2 * d)))
+    n_grads = _ASCENT_ITERATIONS + 2 * d * (rounds_first + rounds_second)
     z_histogram = math.sqrt(1.0 / (2.0 * mu_histogram))
     z_grad = math.sqrt(n_grads / (2.0 * (mu_init - _HISTOGRAMS * mu_histogram)))
     histogram_event = GaussianCost.from_noise_multiplier(z_histogram)
@@ -210,7 +300,26 @@ def private_initialization(
     ascent_clip = _clip(released.value, released.noise_std, n, "gradient norms at the start")
 
     # 2.–3. ascent; halfway, the gradient clip and a scale guess from a histogram there
-    ascent_release = GradientRelease(channel, grad_clip=ascent_clip, noise_multiplier=z_grad)
+    records: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def record(mechanism: GradientRelease):
+        """The release, and (point, log-posterior gradient, noise variance) kept for pooling."""
+
+        def call(theta: np.ndarray) -> Release:
+            released = mechanism(theta)
+            if np.all(np.isfinite(released.value)):
+                scale = 1.0 if mechanism.precond is None else mechanism.precond
+                variance = np.broadcast_to((released.noise_std / scale) ** 2, theta.shape)
+                gradient = released.value + space.logprior_grad(theta)
+                records.append((np.array(theta, dtype=float), gradient, variance.copy()))
+            return released
+
+        call.precond = mechanism.precond
+        return call
+
+    ascent_release = record(
+        GradientRelease(channel, grad_clip=ascent_clip, noise_multiplier=z_grad)
+    )
     chosen: dict[str, float] = {}
 
     def release(theta: np.ndarray):
@@ -222,8 +331,8 @@ def private_initialization(
             chosen["mean_square"] = mean_square_from_counts(
                 counts.value, HISTOGRAM_EDGES, counts.noise_std
             )
-            ascent_release = GradientRelease(
-                channel, grad_clip=chosen["grad_clip"], noise_multiplier=z_grad
+            ascent_release = record(
+                GradientRelease(channel, grad_clip=chosen["grad_clip"], noise_multiplier=z_grad)
             )
         release.calls += 1
         return ascent_release(theta)
@@ -243,11 +352,15 @@ def private_initialization(
     scale_guess = math.sqrt(d / (n * mean_square)) if mean_square > 0 else 1.0
 
     # 4. curvature, stage 1: plain clip C, steps h = 10 s₀; per-coordinate information
-    half = max(1, rounds // 2)
     sigma = z_grad * 2.0 * grad_clip
-    plain = GradientRelease(channel, grad_clip=grad_clip, noise_multiplier=z_grad)
+    plain = record(GradientRelease(channel, grad_clip=grad_clip, noise_multiplier=z_grad))
     first = gradient_design(
-        theta_a, np.full(d, _DESIGN_STEP * scale_guess), half, plain, space.logprior_grad, sigma
+        theta_a,
+        np.full(d, _DESIGN_STEP * scale_guess),
+        rounds_first,
+        plain,
+        space.logprior_grad,
+        sigma,
     )
     curvature = -np.diag(first.columns)
     noise = np.diag(first.noise)
@@ -259,35 +372,78 @@ def private_initialization(
     precond /= np.exp(np.mean(np.log(precond)))  # geometric mean one: only ratios matter
     step2 = np.where(known, 4.0 / np.sqrt(np.where(known, curvature, 1.0)), 4.0 * first.step)
     step2 = np.maximum(step2, first.step)
+    prior = prior_hessian(space.logprior_grad, theta_a)  # public
+    # a first Newton step: the second design is centred nearer the mode
+    theta_1 = newton_from_designs(theta_a, [first], prior_hessian=prior).theta
+    if not (np.all(np.isfinite(theta_1)) and space.in_support(theta_1)):
+        theta_1 = theta_a
 
-    # 5. the preconditioned clip: a histogram of ‖D ∇ℓ_i‖ at θ_a
+    # 5. the preconditioned clip: a histogram of ‖D ∇ℓ_i‖ at θ₁
     scaled_norms = GradNormHistogram(
         channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, precond=precond
     )
-    released = scaled_norms(theta_a)
+    released = scaled_norms(theta_1)
     precond_clip = _clip(released.value, released.noise_std, n, "scaled gradient norms")
 
-    # 6. curvature, stage 2: preconditioned releases, steps of about four sd; Newton
-    scaled = GradientRelease(
-        channel, grad_clip=precond_clip, noise_multiplier=z_grad, precond=precond
+    # 6. curvature, stage 2: preconditioned releases at θ₁, steps of about four sd; the Hessian
+    # of both designs, then the mode from every release near it (generalised least squares)
+    scaled = record(
+        GradientRelease(channel, grad_clip=precond_clip, noise_multiplier=z_grad, precond=precond)
     )
     second = gradient_design(
-        theta_a,
+        theta_1,
         step2,
-        rounds - half,
+        rounds_second,
         scaled,
         space.logprior_grad,
         z_grad * 2.0 * precond_clip / precond,
     )
-    prior = prior_hessian(space.logprior_grad, theta_a)  # public
-    refined = newton_from_designs(theta_a, [first, second], prior_hessian=prior)
-    theta_star, covariance = refined.theta, refined.covariance
-    if not (np.all(np.isfinite(theta_star)) and space.in_support(theta_star)):
-        theta_star = theta_a
+    covariance = newton_from_designs(theta_1, [first, second], prior_hessian=prior).covariance
     if not np.all(np.isfinite(covariance)):
         covariance = np.diag(1.0 / (n * information))
+    reach = 3.0 * step2  # the quadratic was fitted within the design's steps
+    centre = theta_1 + np.clip(covariance @ second.gradient, -reach, reach)
+    theta_star, location_covariance = _pooled(records, covariance, centre, len(second.points))
+    if not (np.all(np.isfinite(theta_star)) and space.in_support(theta_star)):
+        theta_star, location_covariance = theta_1, covariance
 
-    # 5. ratio clip along the directions the sampler jumps in
+    # 7. refinement (only when allowed): while the released gradients place the mode no better
+    # than _LOCATION_TARGET posterior sd, more preconditioned releases at θ*, in a second
+    # reservation made before they are read, up to max_share of the capacity in all
+    extra_mu = 0.0
+    extra_releases = 0
+    if max_share is not None and max_share > share:
+        ratio = float(np.max(np.sqrt(np.diag(location_covariance) / np.diag(covariance))))
+        wanted = (ratio / _LOCATION_TARGET) ** 2 - 1.0  # extra precision, in pooled units
+        if wanted > 0:
+            pooled = max(1, len(second.points))  # the releases that carry most of the precision
+            room = (max_share - share) * budget.capacity_mu
+            affordable = int(room * 2.0 * z_grad**2)
+            extra = min(math.ceil(wanted * pooled), affordable)
+            rounds_extra = extra // (2 * d)
+            if rounds_extra >= 1:
+                extra_cost = GaussianCost.from_noise_multiplier(z_grad)
+                n_extra = 2 * d * rounds_extra
+                if budget.fits(compose((extra_cost, n_extra)), 1):
+                    refinement = compose((extra_cost, n_extra))
+                    budget.reserve(refinement, 1, mechanism=f"{label} (refinement)")
+                    channel.counter.allow(refinement, 1)
+                    theta_star, covariance, location_covariance = _refine(
+                        theta_star,
+                        covariance,
+                        location_covariance,
+                        rounds_extra,
+                        designs=[first, second],
+                        release=scaled,
+                        records=records,
+                        space=space,
+                        prior=prior,
+                        noise_std=z_grad * 2.0 * precond_clip / precond,
+                    )
+                    extra_mu = float(refinement.gaussian_mu())
+                    extra_releases = n_extra
+
+    # 8. ratio clip along the directions the sampler jumps in
     root = np.sqrt(np.diag(covariance))
     directions = public_rng.standard_normal((_DIRECTIONS, d)) * root
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
@@ -302,22 +458,23 @@ def private_initialization(
         "log-likelihood slopes",
         per_row=_DIRECTIONS,
     )
-    if channel.counter.mu - released_before > cost.gaussian_mu() * (1 + 1e-9):
+    if channel.counter.mu - released_before > (cost.gaussian_mu() + extra_mu) * (1 + 1e-9):
         raise InvalidParameterError(  # pragma: no cover - the counter refuses it first
             "internal error: the initialisation released more than it reserved"
         )
     return PrivateStart(
         theta=theta_star,
         covariance=covariance,
+        location_covariance=location_covariance,
         grad_clip=grad_clip,
         llr_clip=llr_clip,
         ascent_clip=ascent_clip,
-        mu=float(cost.gaussian_mu()),
+        mu=float(cost.gaussian_mu()) + extra_mu,
         phases={
             "clip selection": _HISTOGRAMS * float(histogram_event.gaussian_mu()),
-            "initialisation": n_grads * float(grad_event.gaussian_mu()),
+            "initialisation": n_grads * float(grad_event.gaussian_mu()) + extra_mu,
         },
-        releases=n_grads,
+        releases=n_grads + extra_releases,
         ascent_theta=theta_a,
         precond=precond,
         precond_clip=precond_clip,

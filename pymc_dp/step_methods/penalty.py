@@ -227,7 +227,7 @@ class DPPenalty(DPStep):
         self._independence = None
         if start is not None and self._independence_argument:
             # the private Laplace approximation as an independence proposal (heavier tails)
-            root = np.linalg.cholesky(start.covariance)
+            root = np.linalg.cholesky(start.proposal_covariance)
             self._independence = IndependenceProposal(start.theta, root)
 
     def _target_noise_multiplier(self) -> float:
