@@ -314,7 +314,6 @@ def private_initialization(
                 records.append((np.array(theta, dtype=float), gradient, variance.copy()))
             return released
 
-        call.precond = mechanism.precond
         return call
 
     ascent_release = record(
