@@ -33,6 +33,7 @@ __all__ = [
     "noisy_gradient_ascent",
     "pooled_mode",
     "prior_hessian",
+    "secant_update",
 ]
 
 
@@ -258,11 +259,14 @@ def pooled_mode(
     squares; ``(θ̂, Cov θ̂)``.
 
     Under ``log π(x) ≈ −½ (x − θ)ᵀ Σ⁻¹ (x − θ)`` each release ``g_t = Σ⁻¹(θ − x_t) + ξ_t``
-    (``ξ_t ~ N(0, diag V_t)``, ``V_t`` public) gives ``Σ⁻¹ θ = Σ⁻¹ x_t + g_t − ξ_t``: one noisy
-    observation of ``Σ⁻¹ θ`` per release, coordinate by coordinate. Their inverse-variance
-    weighted mean ``m`` gives ``θ̂ = Σ m`` with ``Cov θ̂ = Σ diag(1/Σ_t V_t⁻¹) Σ`` (the
-    uncertainty of the location from the releases' noise alone; the curvature's own error is
-    not in it). Post-processing of released values.
+    (``ξ_t ~ N(0, diag V_t)``, ``V_t`` public) gives ``o_t = Σ⁻¹ x_t + g_t = Σ⁻¹ θ − ξ_t``: one
+    noisy observation of ``Σ⁻¹ θ`` per release, coordinate by coordinate. Their inverse-variance
+    weighted mean ``m`` gives ``θ̂ = Σ m`` with ``Cov θ̂ = Σ diag(φ_j / Σ_t V_tj⁻¹) Σ``: the
+    releases' noise, scaled up by the overdispersion ``φ_j = max(1, χ²_j / (T − d − 1))`` of
+    the residuals of ``o_tj`` about a line in ``x_t`` (a log-density that is not quadratic over
+    the points, or noisier releases than stated). The curvature's own error and a bias every
+    release shares (a clip's) are not in it: the refinement's Newton steps and secants keep the
+    first small, its clip histogram the second. Post-processing of released values.
     """
     points = np.asarray(points, dtype=float)
     grads = np.asarray(grads, dtype=float)
@@ -271,4 +275,59 @@ def pooled_mode(
     observed = points @ precision.T + grads
     total = weights.sum(axis=0)
     mean = np.sum(weights * observed, axis=0) / total
-    return covariance @ mean, (covariance / total) @ covariance
+    theta = covariance @ mean
+    variance = 1.0 / total
+    count, d = points.shape
+    if count > d + 1:
+        design = np.column_stack([np.ones(count), points - theta])
+        for j in range(d):
+            w = weights[:, j]
+            coef, *_ = np.linalg.lstsq(
+                design * np.sqrt(w)[:, None], observed[:, j] * np.sqrt(w), rcond=None
+            )
+            residual = observed[:, j] - design @ coef
+            chi2 = float(np.sum(w * residual**2))
+            if np.isfinite(chi2):
+                variance[j] *= max(1.0, chi2 / (count - d - 1))
+    return theta, (covariance * variance) @ covariance
+
+
+def secant_update(
+    covariance: np.ndarray,
+    step: np.ndarray,
+    gradient_change: np.ndarray,
+    change_var: np.ndarray,
+    *,
+    resolution: float = 4.0,
+) -> np.ndarray | None:
+    """The curvature along a long step, from the gradients at its two ends (a BFGS update).
+
+    Two design centres ``x₀, x₁ = x₀ + s`` with mean log-posterior gradients ``ḡ₀, ḡ₁`` give
+    the secant ``q = −(ḡ₁ − ḡ₀) ≈ P s`` of the precision ``P = Σ⁻¹`` along ``s``. A Newton
+    iteration with a curvature off by more than a factor two along ``s`` diverges; the secant
+    measures that curvature from two precise averages over a long baseline, where a design's
+    own finite differences (short steps, noisy) cannot. When ``sᵀq`` is at least
+    ``resolution`` of its noise sd (``√Σ_j s_j² Var(Δg_j)``, the gradients' noise ``change_var``
+    public), ``P ← P − P s sᵀ P / (sᵀ P s) + q qᵀ / (qᵀ s)`` (positive definite since
+    ``qᵀ s > 0``) and ``Σ = P⁻¹`` is returned; else ``None`` (the secant is noise). A short
+    step (the design already at the mode) is never resolved. Post-processing of released values.
+    """
+    step = np.asarray(step, dtype=float)
+    q = -np.asarray(gradient_change, dtype=float)
+    curvature = float(step @ q)
+    noise = float(np.sqrt(np.sum(step**2 * np.asarray(change_var, dtype=float))))
+    if not (np.isfinite(curvature) and curvature > resolution * noise and curvature > 0):
+        return None
+    precision = np.linalg.inv(covariance)
+    precision = 0.5 * (precision + precision.T)
+    ps = precision @ step
+    updated = precision - np.outer(ps, ps) / float(step @ ps) + np.outer(q, q) / curvature
+    updated = 0.5 * (updated + updated.T)
+    try:
+        result = np.linalg.inv(updated)
+    except np.linalg.LinAlgError:
+        return None
+    result = 0.5 * (result + result.T)
+    if not np.all(np.isfinite(result)) or np.any(np.linalg.eigvalsh(result) <= 0):
+        return None
+    return result

@@ -18,25 +18,37 @@ composed in the same ledger as the sampler, in one reservation made before the f
    posterior scale ``s₀ = √(d / (n E‖∇ℓ_i‖²))``. (The gradients far from the mode can be much
    smaller than near it, e.g. for a scale parameter: a clipped ascent converges to the point
    where the *clipped* gradients balance, so its end must use the bound of the bulk.)
-4. **Curvature.** Gradient releases (bound ``C``) at ``θ_a ± h_j e_j`` with ``h_j = 6 s₀``: a
-   finite-difference Hessian ``Ĥ`` and one Newton step, ``θ* = θ_a + Σ̂ ḡ`` with
-   ``Σ̂ = (−Ĥ)⁻¹`` (:func:`~pymc_dp.kernels.initialization.curvature_refinement`).
-5. **Ratio clip.** A histogram of the directional derivatives ``|∇ℓ_i(θ*)·u_k|`` along ``m``
+4. **Curvature.** Gradient releases (bound ``C``) at ``θ_a ± h_j e_j`` give a finite-difference
+   Hessian's diagonal (the preconditioner ``D``) and a first Newton step to ``θ₁``; a histogram
+   of ``‖D ∇ℓ_i‖`` at ``θ₁`` gives the preconditioned clip; a second design at ``θ₁`` gives
+   ``Σ̂ = (−Ĥ)⁻¹`` (:func:`~pymc_dp.kernels.initialization.newton_from_designs`) and the mode
+   ``θ*`` pooled from every release near it, with its covariance ``Cov θ*``
+   (:func:`~pymc_dp.kernels.initialization.pooled_mode`).
+5. **Refinement** (only with ``max_share``; :func:`_refinement`): while ``Cov θ*`` places the
+   mode no better than ``_LOCATION_TARGET`` posterior sd, a second reservation buys a fresh
+   preconditioned norm histogram at ``θ*`` (its clip, for releases that will be averaged) and
+   Newton steps from one-sd designs, ``Σ̂`` corrected by secants between their centres
+   (:func:`~pymc_dp.kernels.initialization.secant_update`).
+6. **Ratio clip.** A histogram of the directional derivatives ``|∇ℓ_i(θ*)·u_k|`` along ``m``
    public random directions ``u_k ∝ Σ̂^{1/2} ξ_k`` (the directions the sampler will jump in):
    the per-row log-likelihood-ratio bound per unit jump ``b_l``. A ratio over a jump ``Δ`` is
    ``ℓ_i(θ + Δ) − ℓ_i(θ) ≈ ∇ℓ_i·Δ``, so this is the quantity the ratio clip bounds, and it is
    smaller than the gradient norm by about ``√d``.
 
 Everything derived afterwards (``θ*``, ``Σ̂``, ``C``, ``b_l``, the chains' dispersed starts
-``θ* + Σ̂^{1/2} ξ``, proposal scales and masses) is post-processing of these releases and free.
+``θ* + (Σ̂ + Cov θ*)^{1/2} ξ``, proposal scales and masses) is post-processing of these
+releases and free.
 The noise of the phases: each histogram gets 10 % of the initialisation's ``μ``, the
 ``K = K_a + 2 d r`` gradient releases share the rest equally.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,9 +62,14 @@ from pymc_dp.kernels.initialization import (
     noisy_gradient_ascent,
     pooled_mode,
     prior_hessian,
+    secant_update,
 )
 from pymc_dp.mechanisms import GradientRelease, GradNormHistogram, PrivateChannel
-from pymc_dp.releases import Release, clip_from_counts, mean_square_from_counts
+from pymc_dp.releases import (
+    Release,
+    clip_from_counts,
+    mean_square_from_counts,
+)
 
 __all__ = [
     "DEFAULT_INIT_SHARE",
@@ -77,6 +94,8 @@ _CURVATURE_RELEASES = 96  # stage 2 (preconditioned; the mode and the Hessian); 
 #: The refinement aims to know the mode to within this many posterior sd (one sd of θ*).
 _LOCATION_TARGET = 0.4
 _REFINEMENT_STEP = 1.0  # the refinement's design steps, in posterior sd
+_REFINEMENT_STEPS = 4  # Newton steps the refinement's releases are split into
+_REFINEMENT_HISTOGRAM_SHARE = 0.1  # of the refinement's reservation, for its norm histogram
 _POOL_RADIUS = 6.0  # releases this far from the mode (Mahalanobis, in Σ̂) join the pooled mode
 _DIRECTIONS = 8
 _DESIGN_STEP = 10.0  # h_j in units of the scale guess s₀
@@ -199,27 +218,125 @@ def _pooled(
     return pooled_mode(points[keep], grads[keep], variances[keep], covariance)
 
 
-def _refine(
+def _with_secants(covariance: np.ndarray, designs: list) -> np.ndarray:
+    """``Σ̂`` corrected along every long step between consecutive design centres by the
+    secant of their mean gradients (:func:`~pymc_dp.kernels.initialization.secant_update`,
+    only where the secant is resolved above the noise)."""
+    for before, after in itertools.pairwise(designs):
+        updated = secant_update(
+            covariance,
+            after.points.mean(axis=0) - before.points.mean(axis=0),
+            after.gradient - before.gradient,
+            before.gradient_noise**2 + after.gradient_noise**2,
+        )
+        if updated is not None:
+            covariance = updated
+    return covariance
+
+
+def _recording(mechanism: GradientRelease, records: list, space) -> Callable[[np.ndarray], Release]:
+    """``mechanism`` as a callable that also keeps (point, log-posterior gradient, noise
+    variance) of each defined release in ``records``, for the pooled mode."""
+
+    def call(theta: np.ndarray) -> Release:
+        released = mechanism(theta)
+        if np.all(np.isfinite(released.value)):
+            scale = 1.0 if mechanism.precond is None else mechanism.precond
+            variance = np.broadcast_to((released.noise_std / scale) ** 2, theta.shape)
+            gradient = released.value + space.logprior_grad(theta)
+            records.append((np.array(theta, dtype=float), gradient, variance.copy()))
+        return released
+
+    return call
+
+
+class _Refined(NamedTuple):
+    theta: np.ndarray
+    covariance: np.ndarray
+    location_covariance: np.ndarray
+    mu: float  # the second reservation's μ
+    histogram_mu: float  # of which its norm histogram
+    releases: int
+    clip: float
+
+
+def _refinement(
     theta: np.ndarray,
     covariance: np.ndarray,
     location_covariance: np.ndarray,
-    rounds: int,
     *,
+    channel: PrivateChannel,
+    budget: object,
+    room: float,
+    pooled_releases: int,
+    z_grad: float,
+    precond: np.ndarray,
+    precond_clip: float,
     designs: list,
-    release,
-    records: list,
-    space,
     prior: np.ndarray,
-    noise_std: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Two Newton steps from designs of ``rounds`` rounds in all (a third, then the rest), each
-    centred at the current mode with steps of ``_REFINEMENT_STEP`` posterior sd: the mode's
-    estimate is a design's mean gradient, whose bias grows as the square of the step (a cubic
-    term), and a second step corrects what the curvature's error left of a long first one."""
-    first = max(1, rounds // 3) if rounds >= 2 else rounds
-    for part in (first, rounds - first):
-        if part < 1:
-            continue
+    label: str,
+) -> _Refined | None:
+    """Step 5 of the module docstring: more preconditioned releases near ``θ*`` while the
+    released gradients place the mode no better than ``_LOCATION_TARGET`` posterior sd, in a
+    second reservation of at most ``room`` (made before they are read); ``None`` when none is
+    wanted or affordable.
+
+    The reservation buys a norm histogram at ``θ*`` (``_REFINEMENT_HISTOGRAM_SHARE`` of it) and
+    ``T`` gradient releases. Their clip is read off that histogram, less noisy than the first:
+    the first one's clip, fine for one release, leaves a bias on a heavy-tailed per-row
+    gradient (a scale parameter's) that an average of hundreds of releases would otherwise
+    state as precisely known. The releases are split into ``_REFINEMENT_STEPS`` designs of
+    ``±_REFINEMENT_STEP`` posterior sd, each centred at the current mode (Newton steps: the
+    mode's estimate is a design's mean gradient, whose bias
+    grows as the square of the step, and each step corrects what the curvature's error left of
+    the one before). ``Σ̂`` is corrected by the secant between consecutive centres (a Newton
+    iteration whose curvature is off by more than a factor two diverges without it), and the
+    mode is pooled from these releases only (one clip, one bias).
+    """
+    space = channel.space
+    d = space.ndim
+    ratio = float(np.max(np.sqrt(np.diag(location_covariance) / np.diag(covariance))))
+    wanted = (ratio / _LOCATION_TARGET) ** 2 - 1.0  # extra precision, in pooled units
+    if wanted <= 0:
+        return None
+    release_event = GaussianCost.from_noise_multiplier(z_grad)
+    per_release = float(release_event.gaussian_mu())
+    affordable = int((1.0 - _REFINEMENT_HISTOGRAM_SHARE) * room / per_release)
+    rounds = min(math.ceil(wanted * max(1, pooled_releases)), affordable) // (2 * d)
+    if rounds < 1:
+        return None
+    count = 2 * d * rounds
+    histogram_mu = _REFINEMENT_HISTOGRAM_SHARE / (1.0 - _REFINEMENT_HISTOGRAM_SHARE)
+    histogram_mu *= count * per_release
+    z_histogram = math.sqrt(1.0 / (2.0 * histogram_mu))
+    histogram_event = GaussianCost.from_noise_multiplier(z_histogram)
+    cost = compose((histogram_event, 1), (release_event, count))
+    if not budget.fits(cost, 1):
+        return None
+    budget.reserve(cost, 1, mechanism=f"{label} (refinement)")
+    channel.counter.allow(cost, 1)
+
+    norms = GradNormHistogram(
+        channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, precond=precond
+    )
+    released = norms(theta)
+    try:
+        clip = _clip(released.value, released.noise_std, channel.n_rows, "scaled gradient norms")
+    except InsufficientDataError:
+        clip = precond_clip  # the first histogram's bound (the refinement's is no worse a guess)
+    records: list = []
+    release = _recording(
+        GradientRelease(channel, grad_clip=clip, noise_multiplier=z_grad, precond=precond),
+        records,
+        space,
+    )
+    noise_std = z_grad * 2.0 * clip / precond
+    size = rounds // _REFINEMENT_STEPS
+    parts = [size] * (_REFINEMENT_STEPS - 1) + [rounds - (_REFINEMENT_STEPS - 1) * size]
+    if size < 1:
+        parts = [1] * rounds
+    steps: list = []
+    for part in parts:
         design = gradient_design(
             theta,
             _REFINEMENT_STEP * np.sqrt(np.diag(covariance)),
@@ -228,14 +345,23 @@ def _refine(
             space.logprior_grad,
             noise_std,
         )
-        designs = [*designs, design]
-        refined = newton_from_designs(theta, designs, prior_hessian=prior).covariance
+        steps.append(design)
+        refined = newton_from_designs(theta, [*designs, *steps], prior_hessian=prior).covariance
         if np.all(np.isfinite(refined)):
             covariance = refined
+        covariance = _with_secants(covariance, steps)
         pooled, pooled_cov = _pooled(records, covariance, theta, len(design.points))
         if np.all(np.isfinite(pooled)) and space.in_support(pooled):
             theta, location_covariance = pooled, pooled_cov
-    return theta, covariance, location_covariance
+    return _Refined(
+        theta,
+        covariance,
+        location_covariance,
+        float(cost.gaussian_mu()),
+        float(histogram_event.gaussian_mu()),
+        count,
+        clip,
+    )
 
 
 def private_initialization(
@@ -263,7 +389,7 @@ def private_initialization(
     max_share : float, optional
         With ``max_share > share``, a refinement may spend up to ``max_share · M*`` in all
         (a second reservation, before its releases) while the released gradients place the mode
-        no better than ``_LOCATION_TARGET`` posterior sd (step 7 of the module docstring).
+        no better than ``_LOCATION_TARGET`` posterior sd (step 5 of the module docstring).
     public_rng : numpy.random.Generator
         Public randomness (the directions of the ratio histogram).
     label : str
@@ -302,19 +428,8 @@ def private_initialization(
     # 2.–3. ascent; halfway, the gradient clip and a scale guess from a histogram there
     records: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def record(mechanism: GradientRelease):
-        """The release, and (point, log-posterior gradient, noise variance) kept for pooling."""
-
-        def call(theta: np.ndarray) -> Release:
-            released = mechanism(theta)
-            if np.all(np.isfinite(released.value)):
-                scale = 1.0 if mechanism.precond is None else mechanism.precond
-                variance = np.broadcast_to((released.noise_std / scale) ** 2, theta.shape)
-                gradient = released.value + space.logprior_grad(theta)
-                records.append((np.array(theta, dtype=float), gradient, variance.copy()))
-            return released
-
-        return call
+    def record(mechanism: GradientRelease) -> Callable[[np.ndarray], Release]:
+        return _recording(mechanism, records, space)
 
     ascent_release = record(
         GradientRelease(channel, grad_clip=ascent_clip, noise_multiplier=z_grad)
@@ -406,41 +521,30 @@ def private_initialization(
     if not (np.all(np.isfinite(theta_star)) and space.in_support(theta_star)):
         theta_star, location_covariance = theta_1, covariance
 
-    # 7. refinement (only when allowed): while the released gradients place the mode no better
-    # than _LOCATION_TARGET posterior sd, more preconditioned releases at θ*, in a second
-    # reservation made before they are read, up to max_share of the capacity in all
-    extra_mu = 0.0
-    extra_releases = 0
+    # 7. refinement (only when allowed), in a second reservation
+    refined = None
     if max_share is not None and max_share > share:
-        ratio = float(np.max(np.sqrt(np.diag(location_covariance) / np.diag(covariance))))
-        wanted = (ratio / _LOCATION_TARGET) ** 2 - 1.0  # extra precision, in pooled units
-        if wanted > 0:
-            pooled = max(1, len(second.points))  # the releases that carry most of the precision
-            room = (max_share - share) * budget.capacity_mu
-            affordable = int(room * 2.0 * z_grad**2)
-            extra = min(math.ceil(wanted * pooled), affordable)
-            rounds_extra = extra // (2 * d)
-            if rounds_extra >= 1:
-                extra_cost = GaussianCost.from_noise_multiplier(z_grad)
-                n_extra = 2 * d * rounds_extra
-                if budget.fits(compose((extra_cost, n_extra)), 1):
-                    refinement = compose((extra_cost, n_extra))
-                    budget.reserve(refinement, 1, mechanism=f"{label} (refinement)")
-                    channel.counter.allow(refinement, 1)
-                    theta_star, covariance, location_covariance = _refine(
-                        theta_star,
-                        covariance,
-                        location_covariance,
-                        rounds_extra,
-                        designs=[first, second],
-                        release=scaled,
-                        records=records,
-                        space=space,
-                        prior=prior,
-                        noise_std=z_grad * 2.0 * precond_clip / precond,
-                    )
-                    extra_mu = float(refinement.gaussian_mu())
-                    extra_releases = n_extra
+        refined = _refinement(
+            theta_star,
+            covariance,
+            location_covariance,
+            channel=channel,
+            budget=budget,
+            room=(max_share - share) * budget.capacity_mu,
+            pooled_releases=len(second.points),
+            z_grad=z_grad,
+            precond=precond,
+            precond_clip=precond_clip,
+            designs=[first, second],
+            prior=prior,
+            label=label,
+        )
+    extra_mu = extra_histogram_mu = 0.0
+    extra_releases = 0
+    if refined is not None:
+        theta_star, covariance, location_covariance = refined[:3]
+        extra_mu, extra_histogram_mu = refined.mu, refined.histogram_mu
+        extra_releases = refined.releases
 
     # 8. ratio clip along the directions the sampler jumps in
     root = np.sqrt(np.diag(covariance))
@@ -470,12 +574,15 @@ def private_initialization(
         ascent_clip=ascent_clip,
         mu=float(cost.gaussian_mu()) + extra_mu,
         phases={
-            "clip selection": _HISTOGRAMS * float(histogram_event.gaussian_mu()),
-            "initialisation": n_grads * float(grad_event.gaussian_mu()) + extra_mu,
+            "clip selection": _HISTOGRAMS * float(histogram_event.gaussian_mu())
+            + extra_histogram_mu,
+            "initialisation": n_grads * float(grad_event.gaussian_mu())
+            + extra_mu
+            - extra_histogram_mu,
         },
         releases=n_grads + extra_releases,
         ascent_theta=theta_a,
         precond=precond,
         precond_clip=precond_clip,
-        histograms=_HISTOGRAMS,
+        histograms=_HISTOGRAMS + (refined is not None),
     )

@@ -80,15 +80,9 @@ def test_private_initialization_reserves_once_before_reading_and_lands_near_the_
 def test_a_small_budget_refines_the_mode_in_a_second_reservation_with_honest_uncertainty():
     model, mean, sd = normal_model()
     channel, theta0 = explicit_channel(model)
-    located, plain_location, errors = [], [], []
+    located, errors = [], []
     for seed in range(3):
         budget = pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-6)  # at n = 20 000: little
-        channel.start_chain(NoiseSource())
-        plain = private_initialization(
-            channel, budget, theta0, share=0.1, public_rng=np.random.default_rng(seed)
-        )
-        plain_location.append(np.sqrt(np.diag(plain.location_covariance)) / sd)
-        budget = pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-6)
         channel.start_chain(NoiseSource())
         start = private_initialization(
             channel,
@@ -110,18 +104,19 @@ def test_a_small_budget_refines_the_mode_in_a_second_reservation_with_honest_unc
         location = np.sqrt(np.diag(start.location_covariance))
         located.append(np.abs(start.theta - mean) / location)
         errors.append(np.abs(start.theta - mean) / sd)
-        # the refinement buys precision: the stated location sd shrinks
-        assert np.all(location / sd < 0.8 * plain_location[-1])
+        # the refinement places the mode within a few posterior sd (20 runs: stated location sd
+        # 1–3.2 for μ, 0.6–1.5 for log σ; its clip is the bound of a less noisy histogram, so
+        # its releases are noisier than the first ones, but without their bias)
+        assert np.all(location / sd < 5.0), location / sd
         # honest: the proposal covariance covers the posterior's width and the location's
         assert np.all(np.diag(start.proposal_covariance) >= np.diag(start.covariance))
     located, errors = np.array(located), np.array(errors)
-    # μ, whose per-row gradients are light-tailed: the stated uncertainty is about right (it
-    # counts the releases' noise, not the curvature's error: errors up to 4 of it were seen)
-    assert np.max(located[:, 0]) < 5.0, located
-    # log σ: its per-row gradients (r² − 1) are heavy-tailed and a clip at the tail this budget
-    # can resolve at n = 20 000 biases it by a few sd, which the stated noise does not cover;
-    # PyMC's start is 107 and 184 sd away
-    assert np.max(errors) < 10.0, errors
+    # honest: the stated location sd covers the error (30 runs of this: |error| / stated sd
+    # up to 1.7), log σ's included, whose heavy-tailed per-row gradients (r² − 1) the
+    # refinement's own clip histogram bounds without the bias of the first, noisier one
+    assert np.max(located) < 4.0, located
+    # 30 runs: errors up to 4.3 sd; PyMC's start is 107 and 184 sd away
+    assert np.max(errors) < 6.0, errors
 
 
 @pytest.mark.slow
