@@ -257,7 +257,6 @@ class _Refined(NamedTuple):
     mu: float  # the second reservation's μ
     histogram_mu: float  # of which its norm histogram
     releases: int
-    clip: float
 
 
 def _refinement(
@@ -360,7 +359,6 @@ def _refinement(
         float(cost.gaussian_mu()),
         float(histogram_event.gaussian_mu()),
         count,
-        clip,
     )
 
 
@@ -542,7 +540,8 @@ def private_initialization(
     extra_mu = extra_histogram_mu = 0.0
     extra_releases = 0
     if refined is not None:
-        theta_star, covariance, location_covariance = refined[:3]
+        theta_star, covariance = refined.theta, refined.covariance
+        location_covariance = refined.location_covariance
         extra_mu, extra_histogram_mu = refined.mu, refined.histogram_mu
         extra_releases = refined.releases
 
