@@ -50,8 +50,9 @@ def test_quickstart_runs_in_quick_mode():
 @pytest.mark.slow
 def test_reproduction_runner_quick_mode_writes_results_and_resumes(tmp_path):
     args = ["-m", "pymc_dp.experiments", "--quick", "--out", str(tmp_path), "--workers", "1"]
-    run_script(*args, "--problems", "tempered_banana_2d", "--epsilons", "4")
-    with open(tmp_path / "comparison.csv", newline="") as handle:
+    seeds = [*args, "--recipe", "seeds"]
+    run_script(*seeds, "--problems", "tempered_banana_2d", "--epsilons", "4")
+    with open(tmp_path / "comparison_seeds.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert {r["step"] for r in rows} == {
         "DPPenalty",
@@ -61,6 +62,7 @@ def test_reproduction_runner_quick_mode_writes_results_and_resumes(tmp_path):
         "DPHMC",
     }
     assert all(float(r["score"]) > 0 and float(r["floor"]) > 0 for r in rows)
+    assert {r["recipe"] for r in rows} == {"seeds"}
     with open(tmp_path / "clipping.csv", newline="") as handle:
         clipping = list(csv.DictReader(handle))
     # tighter clip bounds clip more ratios
@@ -71,9 +73,29 @@ def test_reproduction_runner_quick_mode_writes_results_and_resumes(tmp_path):
             if r["sampler"] == sampler
         )
         assert mine[0][1] > mine[-1][1]
-    for name in ("comparison.png", "clipping.png", "accounting_iterations.png", "accounting.csv"):
+    for name in (
+        "comparison_seeds.png",
+        "clipping.png",
+        "accounting_iterations.png",
+        "accounting.csv",
+    ):
         assert (tmp_path / name).stat().st_size > 0
-    again = run_script(*args, "--problems", "tempered_banana_2d", "--epsilons", "4")
+    again = run_script(*seeds, "--problems", "tempered_banana_2d", "--epsilons", "4")
     assert "5 of 5 runs already in" in again  # resumed: nothing re-run
-    with open(tmp_path / "comparison.csv", newline="") as handle:
+    with open(tmp_path / "comparison_seeds.csv", newline="") as handle:
         assert len(list(csv.DictReader(handle))) == len(rows)
+
+
+@pytest.mark.slow
+def test_reproduction_runner_runs_the_private_pipeline_by_default(tmp_path):
+    """The default recipe: automatic settings from PyMC's start, no reference draw as a start."""
+    args = ["-m", "pymc_dp.experiments", "--quick", "--out", str(tmp_path), "--workers", "1"]
+    run_script(*args, "--part", "comparison", "--problems", "flat_banana_2d", "--epsilons", "4")
+    with open(tmp_path / "comparison_private.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["step"] for r in rows} == {"DPPenalty", "DPHMC"}
+    assert {r["recipe"] for r in rows} == {"private"}
+    # no clip counts are released by the private pipeline, so none is reported
+    assert all(r["clipped_fraction"] == "nan" for r in rows)
+    assert all(float(r["score"]) > 0 and int(r["iterations"]) > 0 for r in rows)
+    assert not (tmp_path / "comparison_seeds.csv").exists()

@@ -3,7 +3,11 @@
 Three parts, each writing CSV results and PNG figures to ``--out``:
 
 * ``comparison`` — MMD vs ε for every applicable step on the 2-d flat and tempered banana and
-  the correlated Gaussian, several seeds each (``comparison.csv``, ``comparison.png``);
+  the correlated Gaussian, several seeds each (``comparison_<recipe>.csv``,
+  ``comparison_<recipe>.png``, ``comparison_<recipe>_table.md``). ``--recipe private`` (the
+  default) runs the steps as a user would: automatic settings from PyMC's initial point,
+  everything read from the data accounted; ``--recipe seeds`` the seeds' non-private settings
+  and starts at exact posterior draws, kept only to compare (:mod:`.recipes`);
 * ``clipping`` — MMD vs the share of clipped ratios, non-DP (``clipping.csv``, ``clipping.png``);
 * ``accounting`` — iterations allowed by tight PLD vs zCDP accounting
   (``accounting.csv``, ``accounting_iterations.png``).
@@ -25,6 +29,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
+
+from pymc_dp.experiments.recipes import RECIPES
 
 _DEFAULT_OUT = Path("docs") / "reproduction"
 COMPARISON_PROBLEMS = ("flat_banana_2d", "tempered_banana_2d", "correlated_gaussian")
@@ -50,6 +56,7 @@ def _comparison_task(task: dict[str, Any]) -> dict[str, Any]:
         task["seed"],
         n=task["n"],
         max_iterations=task["max_iterations"],
+        recipe=task["recipe"],
     )
     return result.as_row()
 
@@ -121,27 +128,29 @@ def _comparison(args: argparse.Namespace) -> None:
         {
             "problem": name,
             "step": step,
+            "recipe": args.recipe,
             "epsilon": float(eps),
             "seed": seed,
             "n": _QUICK_N if args.quick else None,
             "max_iterations": _QUICK_ITERATIONS if args.quick else None,
         }
         for name in args.problems
-        for step in applicable_steps(get_problem(name))
+        for step in applicable_steps(get_problem(name), args.recipe)
         for eps in args.epsilons
         for seed in range(args.seeds)
     ]
-    path = args.out / "comparison.csv"
+    stem = f"comparison_{args.recipe}"
+    path = args.out / f"{stem}.csv"
     _run_tasks(
         tasks,
         _comparison_task,
         path,
         ("problem", "step", "epsilon", "seed"),
         args.workers,
-        "comparison",
+        f"comparison ({args.recipe} recipe)",
     )
-    plot_comparison(path, args.out / "comparison.png")
-    write_comparison_table(path, args.out / "comparison_table.md")
+    plot_comparison(path, args.out / f"{stem}.png")
+    write_comparison_table(path, args.out / f"{stem}_table.md")
 
 
 def _clipping(args: argparse.Namespace) -> None:
@@ -321,6 +330,13 @@ def main(argv: Iterable[str] | None = None) -> None:
     parser.add_argument("--problems", nargs="+", default=list(COMPARISON_PROBLEMS))
     parser.add_argument("--epsilons", nargs="+", type=float, default=list(EPSILONS))
     parser.add_argument("--seeds", type=int, default=3, help="runs per setting")
+    parser.add_argument(
+        "--recipe",
+        choices=RECIPES,
+        default="private",
+        help="private: automatic settings from PyMC's initial point (what a user gets); "
+        "seeds: the seeds' non-private settings, kept only to compare",
+    )
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--quick", action="store_true", help="a fast check of the pipeline")
     parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
@@ -329,7 +345,7 @@ def main(argv: Iterable[str] | None = None) -> None:
         args.seeds = 1
     args.out.mkdir(parents=True, exist_ok=True)
     if args.fresh:
-        for name in ("comparison.csv", "clipping.csv"):
+        for name in (f"comparison_{args.recipe}.csv", "clipping.csv"):
             (args.out / name).unlink(missing_ok=True)
     _quiet()
     if args.part in ("accounting", "all"):

@@ -234,6 +234,9 @@ def newton_from_designs(
     g_weights = [1.0 / np.maximum(design.gradient_noise, 1e-300) ** 2 for design in designs]
     gradient = sum(w * design.gradient for w, design in zip(g_weights, designs, strict=True))
     gradient = gradient / sum(g_weights)
+    if not (np.all(np.isfinite(hessian)) and np.all(np.isfinite(gradient))):
+        # a design point left the support (an undefined release): no step, no curvature
+        return CurvatureResult(theta, np.full(hessian.shape, np.nan), hessian, gradient)
     if prior_hessian is not None:
         prior = 0.5 * (prior_hessian + prior_hessian.T)
         values, vectors = np.linalg.eigh(-(hessian - prior))

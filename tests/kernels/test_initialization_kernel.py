@@ -116,3 +116,17 @@ def test_newton_from_a_design_recovers_the_mode_and_covariance_and_keeps_zero_co
     assert np.allclose(result.covariance, cov, atol=0.05)
     off = ~np.eye(3, dtype=bool)
     assert np.all(result.hessian[off] == 0.0)  # within two noise sd of zero: thresholded
+
+
+def test_a_design_point_outside_the_support_gives_no_newton_step_instead_of_an_error():
+    """A release that is undefined there (NaN, nothing read) leaves θ and flags the curvature."""
+
+    def release(x: np.ndarray) -> Release:
+        value = (MODE - x) @ PRECISION.T
+        return Release(np.full(3, np.nan) if x[0] > 1.2 else value, 0.1, None)
+
+    start = MODE + 0.1
+    design = gradient_design(start, np.full(3, 0.5), 2, release, lambda x: np.zeros(3), 0.1)
+    result = newton_from_designs(start, [design], prior_hessian=-np.eye(3))
+    assert np.array_equal(result.theta, start)
+    assert np.all(np.isnan(result.covariance))
