@@ -96,7 +96,6 @@ _LOCATION_TARGET = 0.4
 _REFINEMENT_STEP = 1.0  # the refinement's design steps, in posterior sd
 _REFINEMENT_STEPS = 4  # Newton steps the refinement's releases are split into
 _REFINEMENT_HISTOGRAM_SHARE = 0.1  # of the refinement's reservation, for its norm histogram
-_REFINEMENT_TRUST = 3.0  # a refinement step moves the mode at most this many design steps
 _POOL_RADIUS = 6.0  # releases this far from the mode (Mahalanobis, in Σ̂) join the pooled mode
 _DIRECTIONS = 8
 _DESIGN_STEP = 10.0  # h_j in units of the scale guess s₀
@@ -351,14 +350,8 @@ def _refinement(
             covariance = refined
         covariance = _with_secants(covariance, steps)
         pooled, pooled_cov = _pooled(records, covariance, theta, len(design.points))
-        # the quadratic model was fitted within the designs' steps: a longer move is taken
-        # only that far (its remainder counted as location uncertainty), so that a curvature
-        # the noise got wrong cannot throw the mode far off
-        reach = _REFINEMENT_TRUST * design.step
-        moved = np.clip(pooled - theta, -reach, reach)
-        if np.all(np.isfinite(moved)) and space.in_support(theta + moved):
-            short = pooled - theta - moved
-            theta, location_covariance = theta + moved, pooled_cov + np.diag(short**2)
+        if np.all(np.isfinite(pooled)) and space.in_support(pooled):
+            theta, location_covariance = pooled, pooled_cov
     return _Refined(
         theta,
         covariance,
@@ -522,10 +515,7 @@ def private_initialization(
         covariance = np.diag(1.0 / (n * information))
     reach = 3.0 * step2  # the quadratic was fitted within the design's steps
     centre = theta_1 + np.clip(covariance @ second.gradient, -reach, reach)
-    pooled, pooled_cov = _pooled(records, covariance, centre, len(second.points))
-    moved = np.clip(pooled - centre, -reach, reach)  # within the fit's reach, as in step 5
-    theta_star = centre + moved
-    location_covariance = pooled_cov + np.diag((pooled - theta_star) ** 2)
+    theta_star, location_covariance = _pooled(records, covariance, centre, len(second.points))
     if not (np.all(np.isfinite(theta_star)) and space.in_support(theta_star)):
         theta_star, location_covariance = theta_1, covariance
 
