@@ -48,7 +48,8 @@ __all__ = [
 ]
 
 STEPS = ("DPPenalty", "DPPenalty-guided", "MinibatchDPPenalty", "DPBarker", "DPHMC")
-PRIVATE_STEPS = ("DPPenalty", "DPHMC")
+_AUTOMATIC = {"DPPenalty": pymc_dp.DPPenalty, "DPHMC": pymc_dp.DPHMC}
+PRIVATE_STEPS = tuple(_AUTOMATIC)
 RECIPES = ("private", "seeds")
 _TAU, _TAU_L, _TAU_G, _LEAPFROG = 0.1, 0.1, 0.55, 20
 _BATCH = 1000
@@ -102,11 +103,12 @@ def applicable_steps(problem: Problem, recipe: str = "seeds") -> tuple[str, ...]
 
 def private_step(name: str, model: Any, budget: pymc_dp.PrivacyBudget) -> Any:
     """``name`` on its automatic settings: the budget and nothing else (``PRIVATE_STEPS``)."""
-    steps = {"DPPenalty": pymc_dp.DPPenalty, "DPHMC": pymc_dp.DPHMC}
-    if name not in steps:
-        raise ValueError(f"{name} has no automatic settings; the private recipe runs {steps}")
+    if name not in _AUTOMATIC:
+        raise ValueError(
+            f"{name} has no automatic settings; the private recipe runs {PRIVATE_STEPS}"
+        )
     with model:
-        return steps[name](budget=budget)
+        return _AUTOMATIC[name](budget=budget)
 
 
 def build_step(

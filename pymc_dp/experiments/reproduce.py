@@ -30,8 +30,6 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from pymc_dp.experiments.recipes import RECIPES
-
 _DEFAULT_OUT = Path("docs") / "reproduction"
 COMPARISON_PROBLEMS = ("flat_banana_2d", "tempered_banana_2d", "correlated_gaussian")
 EPSILONS = (1.0, 2.0, 4.0, 6.0)
@@ -318,6 +316,8 @@ def plot_clipping(path: Path, out: Path) -> None:
 
 
 def main(argv: Iterable[str] | None = None) -> None:
+    from pymc_dp.experiments.recipes import RECIPES  # here: the module imports PyMC lazily
+
     parser = argparse.ArgumentParser(
         prog="python -m pymc_dp.experiments", description=__doc__.splitlines()[0]
     )
