@@ -45,10 +45,16 @@ _EXPORTS = {
     "DPHMC": "pymc_dp.step_methods",
     "DPBarker": "pymc_dp.step_methods",
     "DPPenalty": "pymc_dp.step_methods",
+    "DPSGHMC": "pymc_dp.step_methods",
+    "DPSGLD": "pymc_dp.step_methods",
+    "DPSGNHT": "pymc_dp.step_methods",
 }
 
 __all__ = [
     "DPHMC",
+    "DPSGHMC",
+    "DPSGLD",
+    "DPSGNHT",
     "BarkerCost",
     "BarkerVarianceError",
     "BudgetExceededError",
@@ -116,7 +122,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from pymc_dp.prediction import predict_ess
     from pymc_dp.report import attach_privacy_metadata, privacy_report
     from pymc_dp.sampling import sample
-    from pymc_dp.step_methods import DPHMC, DPBarker, DPPenalty
+    from pymc_dp.step_methods import DPHMC, DPSGHMC, DPSGLD, DPSGNHT, DPBarker, DPPenalty
 
 
 def __getattr__(name: str) -> Any:

@@ -14,6 +14,8 @@ privacy :attr:`Mechanism.event` (a :class:`~pymc_dp.accounting.PrivacyCost`):
 * :class:`GradientRelease` — ``T·(Σ_i clip_b(∇ℓ_i(θ)) + N(0, σ² I))``; one Gaussian mechanism;
 * :class:`MinibatchLLRRelease` — the minibatch penalty's ``λ* − ½σ_b² + N(0, σ²)`` on a secret
   batch; one subsampled Gaussian mechanism;
+* :class:`MinibatchGradientRelease` — ``Σ_{i∈B} clip_C(∇ℓ_i(θ)) + N(0, σ² I)`` on a secret
+  batch (the stochastic-gradient samplers); one subsampled Gaussian mechanism;
 * :class:`BarkerTest` — the accept decision of Barker's test on a secret batch; DP Barker's
   RDP bound.
 
@@ -55,6 +57,7 @@ __all__ = [
     "GradientRelease",
     "LLRRelease",
     "Mechanism",
+    "MinibatchGradientRelease",
     "MinibatchLLRRelease",
     "PrivateChannel",
     "ReleaseCounter",
@@ -539,6 +542,61 @@ class MinibatchLLRRelease(_NoisySum):
         if self.variance_correction:
             value -= 0.5 * batch_variance
         return Release(value, sigma, n_clipped)
+
+
+class MinibatchGradientRelease(Mechanism):
+    """Noisy clipped gradient sum over a secret batch (theory §4.5).
+
+    ``release(θ)`` draws ``b`` of the ``n`` rows uniformly without replacement from the secret
+    generator, reads only those rows and returns ``G̃ = Σ_{i∈B} clip_C(∇_θ ℓ_i(θ)) + N(0, σ² I)``
+    with ``σ = z · 2C`` (substitute-one-row sensitivity ``2C``: a row in the batch is replaced by
+    another). Event: one subsampled Gaussian with multiplier ``z`` and ratio ``q = b/n``, which
+    the accountant's theorem covers for exactly this sampling (fixed size, without replacement,
+    substitute relation: :mod:`pymc_dp.accounting.subsampled`). Outside the model's support the
+    gradient is undefined: NaN, without reading data or releasing anything.
+    """
+
+    #: how the batch is drawn: the scheme the accountant (SubsampledGaussianCost) assumes
+    sampling = "fixed size, uniformly without replacement, secret generator"
+
+    def __init__(
+        self,
+        channel: PrivateChannel,
+        *,
+        batch_size: int,
+        grad_clip: float,
+        noise_multiplier: float,
+        count_clipped: bool = False,
+    ) -> None:
+        super().__init__(channel)
+        _check_batch(int(batch_size), channel.n_rows)
+        self.batch_size = int(batch_size)
+        self.grad_clip = float(grad_clip)
+        self.noise_multiplier = float(noise_multiplier)
+        self.count_clipped = bool(count_clipped)
+        self._finish()
+
+    @property
+    def event(self) -> SubsampledGaussianCost:
+        return SubsampledGaussianCost(self.noise_multiplier, self.batch_size / self.channel.n_rows)
+
+    @property
+    def noise_std(self) -> float:
+        """``σ = z · 2C``, the standard deviation of the noise on each coordinate of the sum."""
+        return self.noise_multiplier * 2.0 * self.grad_clip
+
+    def __call__(self, theta: np.ndarray) -> Release:
+        space = self.channel.space
+        if not space.in_support(theta):
+            return Release(np.full(space.ndim, np.nan), 0.0, 0 if self.count_clipped else None)
+        self._record()  # checked against the reservation before the data are read
+        rows = self.channel.noise.rows(self.channel.n_rows, self.batch_size)  # secret
+        clipped = self._oracle.clipped_grad_sum(
+            theta, self.grad_clip, rows, count_clipped=self.count_clipped
+        )
+        sigma = self.noise_std
+        noise = self.channel.noise.normal(sigma, clipped.value.shape[0])
+        return Release(clipped.value + noise, sigma, clipped.n_clipped)
 
 
 class BarkerTest(Mechanism):

@@ -59,13 +59,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pymc_dp.accounting._checks import check_delta, check_int, check_positive
 from pymc_dp.accounting.gaussian import gaussian_delta, gaussian_epsilon
-from pymc_dp.accounting.rdp import wbk_subsampled_rdp
+from pymc_dp.accounting.rdp import rdp_to_epsilon, wbk_subsampled_rdp
 from pymc_dp.errors import InvalidParameterError
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ __all__ = [
     "subsampled_gaussian_epsilon",
     "subsampled_gaussian_pld",
     "subsampled_gaussian_rdp",
+    "subsampled_gaussian_schedule_epsilon",
 ]
 
 #: Loss discretisation (nats) for the PLD computations (dp_accounting's default).
@@ -322,3 +324,88 @@ def subsampled_gaussian_rdp(
     if q == 1.0:
         return orders / (2.0 * z * z)
     return wbk_subsampled_rdp(orders, lambda j: j / (2.0 * z * z), q)
+
+
+#: Neighbouring relations :func:`subsampled_gaussian_schedule_epsilon` accounts under.
+SCHEDULE_RELATIONS = ("substitute", "add_remove_poisson")
+
+
+def subsampled_gaussian_schedule_epsilon(
+    noise_multipliers: Sequence[float],
+    sampling_ratio: float,
+    delta: float,
+    *,
+    repeats: int = 1,
+    relation: str = "substitute",
+    accountant: str = "pld",
+    discretization: float = DEFAULT_DISCRETIZATION,
+) -> float:
+    """ε at ``delta`` of a schedule: release ``t`` has multiplier ``z_t``, each ``repeats`` times.
+
+    A decreasing step size makes every stochastic-gradient iteration its own event (theory
+    §4.5): DP-SGHMC with ``η_t = β t^{-1/3}`` and ``J`` steps per iteration is
+    ``noise_multipliers = (z_1, …, z_T)`` with ``repeats = J``.
+
+    Parameters
+    ----------
+    noise_multipliers : sequence of float
+        ``z_t = σ_t / Δ`` per iteration, ``Δ`` the sensitivity under ``relation``.
+    sampling_ratio : float
+        ``q``.
+    delta : float
+        Target δ.
+    repeats : int
+        Releases per multiplier (``J``).
+    relation : {"substitute", "add_remove_poisson"}
+        ``"substitute"`` (ours): substitute one row, fixed-size batches without replacement,
+        the Dong–Roth–Su pair of this module (``Δ = 2C`` for a clipped sum).
+        ``"add_remove_poisson"``:
+        add/remove one row with Poisson sampling (``Δ = C``), dp_accounting's own
+        ``PoissonSampledDpEvent``; only to compare with publications that account that way
+        (e.g. the SGHMC thesis' Table 6.3), since our samplers draw fixed-size batches.
+    accountant : {"pld", "rdp"}
+        Tight PLD, or RDP (looser): WBK 2019 Thm 9 for ``"substitute"``, dp_accounting's
+        Poisson RDP for ``"add_remove_poisson"``.
+    """
+    if relation not in SCHEDULE_RELATIONS:
+        raise InvalidParameterError(
+            f"relation must be one of {SCHEDULE_RELATIONS}, got {relation!r}."
+        )
+    if accountant not in ("pld", "rdp"):
+        raise InvalidParameterError(f"accountant must be 'pld' or 'rdp', got {accountant!r}.")
+    zs = [_check_zq(z, sampling_ratio)[0] for z in noise_multipliers]
+    q = _check_zq(1.0, sampling_ratio)[1]
+    j = check_int(repeats, "repeats", minimum=1)
+    d = check_delta(delta)
+    if not zs:
+        return 0.0
+    if relation == "add_remove_poisson":
+        import dp_accounting
+        from dp_accounting import dp_event
+        from dp_accounting.pld import pld_privacy_accountant
+        from dp_accounting.rdp import rdp_privacy_accountant
+
+        add_remove = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+        acc = (
+            pld_privacy_accountant.PLDAccountant(
+                neighboring_relation=add_remove, value_discretization_interval=discretization
+            )
+            if accountant == "pld"
+            else rdp_privacy_accountant.RdpAccountant(neighboring_relation=add_remove)
+        )
+        for z in zs:
+            acc.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(z)), j)
+        return max(0.0, float(acc.get_epsilon(d)))
+    if accountant == "rdp":
+        orders = np.arange(2, 257)
+        total = sum(subsampled_gaussian_rdp(orders, z, q) for z in zs) * j
+        return float(rdp_to_epsilon(orders, total, d)[0])
+    composed = None
+    for z in zs:
+        step = (
+            gaussian_pld(j / (2.0 * z * z), discretization)
+            if q == 1.0
+            else _self_composed_pld(z, q, discretization, j)
+        )
+        composed = step if composed is None else composed.compose(step)
+    return max(0.0, float(composed.get_epsilon_for_delta(d)))

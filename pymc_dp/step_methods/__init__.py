@@ -3,5 +3,6 @@
 from pymc_dp.step_methods.barker import DPBarker
 from pymc_dp.step_methods.hmc import DPHMC
 from pymc_dp.step_methods.penalty import DPPenalty
+from pymc_dp.step_methods.stochastic_gradient import DPSGHMC, DPSGLD, DPSGNHT
 
-__all__ = ["DPHMC", "DPBarker", "DPPenalty"]
+__all__ = ["DPHMC", "DPSGHMC", "DPSGLD", "DPSGNHT", "DPBarker", "DPPenalty"]

@@ -86,6 +86,48 @@ class TestDPBarkerConformance(DPStepConformance):
         return pymc_dp.DPBarker(budget=budget, **{**kwargs, **overrides})
 
 
+class _StochasticGradientConformance(DPStepConformance):
+    """The stochastic-gradient samplers: no accept/reject (``jump`` shows the chain moving);
+    step sizes small enough that their discretisation and batch-noise bias (a few % of the
+    variance) stays below what the invariance test can see with 200 chains."""
+
+    nonprivate_stats: ClassVar[set[str]] = {"grad_clipped_fraction"}
+    expected_stats: ClassVar[set[str]] = {"jump", "step_size"}
+
+
+class TestDPSGLDConformance(_StochasticGradientConformance):
+    step_class = pymc_dp.DPSGLD
+
+    def make_step(self, budget, **overrides: Any):
+        # h = η/n = 0.02 s²: the draws' variance is s²/(1 − 0.01); batch noise adds about 3 %
+        kwargs = {"step_size": 0.02, "grad_clip": 6.0, "batch_size": 100}
+        return pymc_dp.DPSGLD(budget=budget, **{**kwargs, **overrides})
+
+
+class TestDPSGNHTConformance(_StochasticGradientConformance):
+    step_class = pymc_dp.DPSGNHT
+
+    def make_step(self, budget, **overrides: Any):
+        # h = 0.005 = s/10; the thermostat absorbs the batch noise
+        kwargs = {"step_size": 2.0, "diffusion": 10.0, "grad_clip": 6.0, "batch_size": 100}
+        return pymc_dp.DPSGNHT(budget=budget, **{**kwargs, **overrides})
+
+
+class TestDPSGHMCConformance(_StochasticGradientConformance):
+    step_class = pymc_dp.DPSGHMC
+
+    def make_step(self, budget, **overrides: Any):
+        # h = s/10, friction 30: the batch noise ignored by B̂ = 0 is about 3 % of 2Fh
+        kwargs = {
+            "step_size": 2.0,
+            "friction": 30.0,
+            "n_steps": 3,
+            "grad_clip": 6.0,
+            "batch_size": 200,
+        }
+        return pymc_dp.DPSGHMC(budget=budget, **{**kwargs, **overrides})
+
+
 def test_every_dp_step_class_has_a_conformance_subclass():
     exported = {
         obj
@@ -102,10 +144,13 @@ def test_every_dp_step_class_has_a_conformance_subclass():
     assert exported and exported <= covered, exported - covered
 
 
-@pytest.mark.parametrize("name", ["DPPenalty", "DPHMC", "DPBarker"])
+@pytest.mark.parametrize("name", ["DPPenalty", "DPHMC", "DPBarker", "DPSGLD", "DPSGNHT", "DPSGHMC"])
 def test_the_coverage_check_sees_each_step(name):  # negative control for the test above
     assert getattr(pymc_dp, name) in {
         TestDPPenaltyConformance.step_class,
         TestDPHMCConformance.step_class,
         TestDPBarkerConformance.step_class,
+        TestDPSGLDConformance.step_class,
+        TestDPSGNHTConformance.step_class,
+        TestDPSGHMCConformance.step_class,
     }

@@ -1,0 +1,299 @@
+"""``DPSGLD``, ``DPSGNHT`` and ``DPSGHMC``: the stochastic-gradient samplers (theory §4.5).
+
+Each gradient is a noisy clipped sum over a secret batch
+(:class:`~pymc_dp.mechanisms.MinibatchGradientRelease`), accounted as a subsampled Gaussian
+(fixed-size batches without replacement, substitute relation, tight PLD). The dynamics' own noise
+is the DP noise, so the step size sets the noise multiplier of each release
+(:func:`~pymc_dp.kernels.stochastic_gradient.diffusion_noise_multiplier`) and the budget sets
+how many releases a run may make. The updates are in
+:mod:`pymc_dp.kernels.stochastic_gradient`.
+
+These samplers have **no accept/reject step**: their draws follow the posterior only as the
+step size goes to zero, and the batch noise adds bias on top. Use them to compare DP samplers;
+for inference prefer :class:`~pymc_dp.DPPenalty` or :class:`~pymc_dp.DPHMC`, whose chains
+target the posterior exactly when nothing is clipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pymc_dp.errors import InvalidParameterError
+from pymc_dp.kernels.stochastic_gradient import (
+    SGMechanisms,
+    SGState,
+    diffusion_noise_multiplier,
+    sghmc_kernel,
+    sgld_kernel,
+    sgnht_kernel,
+)
+from pymc_dp.mechanisms import MinibatchGradientRelease
+from pymc_dp.step_methods.base import DPStep
+from pymc_dp.step_methods.options import check_batch_size, check_positive_int, positive_float
+
+__all__ = ["DPSGHMC", "DPSGLD", "DPSGNHT"]
+
+_COMMON_PARAMETERS = """
+    vars : list, optional
+        Must be every free variable (the default); anything else is refused.
+    budget : PrivacyBudget
+        The (ε, δ) budget; every gradient release is one subsampled Gaussian event in its
+        ledger (tight PLD), tuning iterations included.
+    step_size : float
+        ``η``; the time step is ``h = η / n`` (the convention of the DP-HMC paper's
+        experiments: the posterior's variance shrinks like ``1/n``, so ``η`` carries over
+        between data sizes). It fixes the noise of each gradient release, hence its privacy
+        cost. No accept/reject step corrects a step that is too large: check the draws.
+    grad_clip : float
+        ``C``: per-row bound on ``‖∇_θ ℓ_i(θ)‖₂`` in the sampler's (unconstrained) space.
+    batch_size : int
+        ``b``: rows per gradient, drawn secretly without replacement (``2 ≤ b ≤ n``).
+    init_share : float, optional
+        Share of the budget's Gaussian capacity spent on a private initialisation (theory
+        §7) that moves the start from PyMC's initial point into the bulk of the posterior;
+        default none: chains start where PyMC starts them.
+    noise_rng : int, optional
+        Seed for reproducible DP noise and batches (tests, research). Default: OS entropy.
+    nonprivate_diagnostics : bool
+        Also store ``grad_clipped_fraction`` (share of batch rows whose gradient was clipped)
+        per iteration. Computed without noise: the release is then **not** DP."""
+
+
+class _StochasticGradientStep(DPStep):
+    """What the three samplers share: the release, the time step, stats and metadata."""
+
+    _nonprivate_stats: ClassVar[dict] = {"grad_clipped_fraction": (np.float64, [])}
+    stats_dtypes_shapes: ClassVar[dict] = {
+        "jump": (np.float64, []),
+        "step_size": (np.float64, []),
+        "diverging": (bool, []),
+        "mu_spent": (np.float64, []),
+        "epsilon_spent": (np.float64, []),
+    }
+    _privacy_parameters: ClassVar[frozenset[str]] = DPStep._privacy_parameters | {
+        "step_size",
+        "grad_clip",
+        "batch_size",
+        "_release",
+    }
+    #: ``D`` of the noise ``N(0, 2 D h)`` the dynamics need (subclasses)
+    _diffusion_name: ClassVar[str | None] = None
+    #: gradient releases per iteration
+    n_steps: int = 1
+
+    def __init__(
+        self,
+        vars: Any = None,
+        *,
+        budget: Any,
+        step_size: float,
+        grad_clip: float,
+        batch_size: int,
+        init_share: float | None = None,
+        model: Any = None,
+        noise_rng: int | None = None,
+        row_data: Any = None,
+        nonprivate_diagnostics: bool = False,
+        blocked: bool = True,
+        rng: Any = None,
+    ) -> None:
+        self.step_size = positive_float(step_size, "step_size")
+        self.grad_clip = positive_float(grad_clip, "grad_clip")
+        self.batch_size = check_batch_size(batch_size)
+        super().__init__(
+            vars,
+            budget=budget,
+            model=model,
+            noise_rng=noise_rng,
+            row_data=row_data,
+            nonprivate_diagnostics=nonprivate_diagnostics,
+            blocked=blocked,
+            rng=rng,
+            init_share=init_share,
+        )
+        n = self._channel.n_rows
+        if not 2 <= self.batch_size <= n:
+            raise InvalidParameterError(
+                f"batch_size={self.batch_size} must be between 2 and the number of rows n = {n}."
+            )
+        self._complete_build()
+
+    # ---------------------------------------------------------------- the release
+
+    @property
+    def time_step(self) -> float:
+        """``h = η / n``."""
+        return self.step_size / self._channel.n_rows
+
+    def _diffusion(self) -> float:
+        return 1.0
+
+    @property
+    def noise_multiplier(self) -> float:
+        """``z`` of each gradient release: the one whose noise is the dynamics' own."""
+        return diffusion_noise_multiplier(
+            time_step=self.time_step,
+            diffusion=self._diffusion(),
+            batch_size=self.batch_size,
+            n_rows=self._channel.n_rows,
+            grad_clip=self.grad_clip,
+        )
+
+    def _build_mechanisms(self, noise_scale: float | None) -> None:
+        self._release = MinibatchGradientRelease(
+            self._channel,
+            batch_size=self.batch_size,
+            grad_clip=self.grad_clip,
+            noise_multiplier=self.noise_multiplier,
+            count_clipped=self.nonprivate_diagnostics,
+        )
+
+    def _events(self) -> list:
+        return [(self._release.event, self.n_steps)]
+
+    def _mechanisms(self) -> SGMechanisms:
+        return SGMechanisms(
+            self.space.logprior_grad, self._release, self._channel.n_rows / self.batch_size
+        )
+
+    def _stats(self, info: Any) -> dict[str, Any]:
+        stats = {"jump": info.jump, "step_size": self.step_size, "diverging": info.diverging}
+        if self.nonprivate_diagnostics:  # NOT private
+            stats["grad_clipped_fraction"] = info.n_clipped / (self.batch_size * self.n_steps)
+        return stats
+
+    def privacy_metadata(self) -> dict[str, Any]:
+        meta = super().privacy_metadata()
+        meta.update(
+            dp_step_size=self.step_size,
+            dp_time_step=self.time_step,
+            dp_grad_clip=self.grad_clip,
+            dp_noise_multiplier=self._release.noise_multiplier,
+            dp_batch_size=self.batch_size,
+            dp_sampling=MinibatchGradientRelease.sampling,
+            dp_gradient_releases_per_iteration=self.n_steps,
+            dp_accept_reject="none (biased: exact only as the step size goes to 0)",
+        )
+        if self._diffusion_name is not None:
+            meta[f"dp_{self._diffusion_name}"] = self._diffusion()
+        return meta
+
+
+class DPSGLD(_StochasticGradientStep):
+    __doc__ = f"""Differentially private stochastic gradient Langevin dynamics (theory §4.5).
+
+    Each iteration draws a secret batch of ``b`` rows and moves
+    ``θ ← θ + h (∇log p(θ) + (n/b) G̃)``, ``G̃ = Σ_{{i∈B}} clip_C(∇ℓ_i(θ)) + N(0, σ² I)``, with
+    ``σ = (b/n) √(2/h)``: the DP noise is exactly the Langevin noise ``N(0, 2h)``, so one
+    release has noise multiplier ``z = (b/n) √(2/h) / (2C)`` and the budget decides how many
+    iterations run. No accept/reject step: biased for ``h > 0`` (for a Gaussian posterior of
+    variance ``s²`` and full batches, the draws' variance is ``s² / (1 − h/(2s²))``).
+
+    Parameters
+    ----------{_COMMON_PARAMETERS}
+    """
+
+    name = "dp_sgld"
+
+    def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        state, info = sgld_kernel(SGState(theta), self.time_step, self._mechanisms())
+        return state.theta, self._stats(info)
+
+
+class DPSGNHT(_StochasticGradientStep):
+    __doc__ = f"""Differentially private stochastic gradient Nosé–Hoover thermostat (theory §4.5).
+
+    Momentum ``p`` and thermostat ``ξ`` (``p₀ ~ N(0, I)``, ``ξ₀ = A``) are carried from one
+    iteration to the next: ``p ← p − h ξ p + h (∇log p(θ) + (n/b) G̃)``, ``θ ← θ + h p``,
+    ``ξ ← ξ + h (pᵀp/d − 1)`` (Ding et al. 2014). The release's noise is the thermostat's
+    diffusion ``N(0, 2Ah)``: ``z = (b/n) √(2A/h) / (2C)``. The thermostat absorbs the batch
+    noise that the diffusion does not account for. No accept/reject step.
+
+    Parameters
+    ----------{_COMMON_PARAMETERS}
+    diffusion : float
+        ``A``: the injected diffusion (and the thermostat's start). Larger ``A`` means more
+        noise per release, so more releases per budget, and more friction.
+    """
+
+    name = "dp_sgnht"
+    _diffusion_name = "diffusion"
+    stats_dtypes_shapes: ClassVar[dict] = {
+        **_StochasticGradientStep.stats_dtypes_shapes,
+        "thermostat": (np.float64, []),
+    }
+    _chain_state: ClassVar[tuple[str, ...]] = (*DPStep._chain_state, "_momentum", "_thermostat")
+    _privacy_parameters: ClassVar[frozenset[str]] = _StochasticGradientStep._privacy_parameters | {
+        "diffusion"
+    }
+
+    def __init__(self, vars: Any = None, *, diffusion: float = 1.0, **kwargs: Any) -> None:
+        self.diffusion = positive_float(diffusion, "diffusion")
+        super().__init__(vars, **kwargs)
+
+    def _diffusion(self) -> float:
+        return self.diffusion
+
+    def _reset_adaptation(self) -> None:
+        self._momentum: np.ndarray | None = None  # drawn at the chain's first iteration
+        self._thermostat = self.diffusion
+
+    def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        if self._momentum is None:  # public: independent of the data
+            self._momentum = self.rng.standard_normal(self.space.ndim)
+            self._thermostat = self.diffusion
+        state = SGState(theta, self._momentum, self._thermostat)
+        state, info = sgnht_kernel(state, self.time_step, self.diffusion, self._mechanisms())
+        self._momentum, self._thermostat = state.momentum, state.thermostat
+        return state.theta, {**self._stats(info), "thermostat": state.thermostat}
+
+
+class DPSGHMC(_StochasticGradientStep):
+    __doc__ = f"""Differentially private stochastic gradient HMC with friction (theory §4.5).
+
+    Each iteration draws ``p ~ N(0, I)`` and takes ``n_steps`` (``J``) steps
+    ``θ ← θ + h p``, ``p ← p + h (∇log p(θ) + (n/b) G̃) − h F p``, each with its own secret batch
+    and release (``J`` subsampled Gaussian events per iteration). The release's noise is the
+    friction's ``N(0, 2Fh)`` (Chen, Fox & Guestrin 2014 with ``B̂ = 0``):
+    ``z = (b/n) √(2F/h) / (2C)``. Friction removes momentum, and position and momentum use the
+    same ``h``: the SGHMC thesis' printed algorithm has the opposite friction sign, an ``h``
+    noise scaling where its accounting uses ``√h``, and two step sizes; theory §4.5 explains
+    the choices. No accept/reject step.
+
+    Parameters
+    ----------{_COMMON_PARAMETERS}
+    friction : float
+        ``F``: friction, and the injected diffusion ``N(0, 2Fh)``.
+    n_steps : int
+        ``J``: steps (and gradient releases) per iteration.
+    """
+
+    name = "dp_sghmc"
+    _diffusion_name = "friction"
+    _privacy_parameters: ClassVar[frozenset[str]] = _StochasticGradientStep._privacy_parameters | {
+        "friction",
+        "n_steps",
+    }
+
+    def __init__(
+        self, vars: Any = None, *, friction: float = 1.0, n_steps: int = 10, **kwargs: Any
+    ) -> None:
+        self.friction = positive_float(friction, "friction")
+        self.n_steps = check_positive_int(n_steps, "n_steps")
+        super().__init__(vars, **kwargs)
+
+    def _diffusion(self) -> float:
+        return self.friction
+
+    def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        state, info = sghmc_kernel(
+            SGState(theta),
+            self.time_step,
+            self.friction,
+            self.n_steps,
+            self.rng,
+            self._mechanisms(),
+        )
+        return state.theta, self._stats(info)
