@@ -14,7 +14,7 @@ import arviz as az
 import numpy as np
 
 from pymc_dp._compat import group_names
-from pymc_dp.accounting import gaussian_epsilon
+from pymc_dp.accounting import GaussianCost, compose, gaussian_epsilon
 from pymc_dp.convergence import check_convergence
 from pymc_dp.errors import InvalidParameterError, PrivacyLeakError
 
@@ -54,10 +54,6 @@ def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[s
             float(gaussian_epsilon(budget.delta, mu)) if mu > 0 else 0.0
         )
     init_mu = 0.0 if start is None else float(start.mu)
-    if start is not None and mu_per_iteration is None:
-        raise InvalidParameterError(  # pragma: no cover - automatic steps are Gaussian
-            "A privately initialised step with a non-Gaussian cost cannot be reported yet."
-        )
     if mu_per_iteration is not None:
         mu_spent = init_mu + total * float(mu_per_iteration)  # Gaussian: μ adds up
         meta.update(
@@ -67,12 +63,21 @@ def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[s
             dp_epsilon_spent=float(gaussian_epsilon(budget.delta, mu_spent)) if mu_spent else 0.0,
         )
     else:
+        # a subsampled cost: each phase's ε on its own, and the whole run composed (a Gaussian
+        # private initialisation with it, as the ledger composes them)
+        for phase, count in (("tuning", chains * int(tune)), ("sampling", chains * int(draws))):
+            meta[f"dp_phase_{phase}_epsilon"] = (
+                float(step.cost.epsilon(budget.delta, count)) if count else 0.0
+            )
+        events: list = [(step.cost, total)] if total else []
+        if init_mu > 0:
+            events.append(GaussianCost.from_noise_multiplier(1.0 / np.sqrt(2.0 * init_mu)))
         meta.update(
             dp_accountant=(
                 f"{step.cost.accountant}: {step.cost.describe()} "
                 "(pymc_dp.accounting, docs/theory.md §3)"
             ),
-            dp_epsilon_spent=float(step.cost.epsilon(budget.delta, total)) if total else 0.0,
+            dp_epsilon_spent=float(compose(*events).epsilon(budget.delta, 1)) if events else 0.0,
         )
     meta.update(
         dp_chains=int(chains),

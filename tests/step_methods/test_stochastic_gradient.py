@@ -205,3 +205,26 @@ def test_a_missing_setting_is_a_clear_error():
     with normal_model(np.zeros(100)):
         with pytest.raises(TypeError, match="step_size"):
             pymc_dp.DPSGLD(budget=pymc_dp.PrivacyBudget(1.0, DELTA), grad_clip=1.0, batch_size=10)
+
+
+# ---------------------------------------------------------------- private start
+
+
+def test_a_private_start_is_composed_into_the_reported_spend():
+    y = np.random.default_rng(4).normal(1.0, 1.0, 2000)
+    budget = pymc_dp.PrivacyBudget(3.0, DELTA)
+    with normal_model(y):
+        step = pymc_dp.DPSGLD(
+            budget=budget, step_size=0.05, grad_clip=3.0, batch_size=200, init_share=0.1
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pymc_dp.sample(step, chains=2, progressbar=False)
+    report = pymc_dp.privacy_report(idata)
+    assert report["dp_private_initialization"] == 1
+    phases = report["dp_phase_tuning_epsilon"], report["dp_phase_sampling_epsilon"]
+    assert max(phases) < report["dp_epsilon_spent"] <= budget.epsilon
+    # the ledger composes the same events: the report and the ledger agree
+    assert report["dp_epsilon_spent"] == pytest.approx(budget.report().spent_epsilon, rel=1e-3)
+    # the start is private: the chains begin near the posterior, not at PyMC's μ = 0
+    assert abs(float(idata.posterior["mu"].isel(draw=0).mean()) - y.mean()) < 0.2
