@@ -90,7 +90,11 @@ def test_reproduction_runner_quick_mode_writes_results_and_resumes(tmp_path):
 def test_reproduction_runner_runs_the_private_pipeline_by_default(tmp_path):
     """The default recipe: automatic settings from PyMC's start, no reference draw as a start."""
     args = ["-m", "pymc_dp.experiments", "--quick", "--out", str(tmp_path), "--workers", "1"]
-    run_script(*args, "--part", "comparison", "--problems", "flat_banana_2d", "--epsilons", "4")
+    # the correlated Gaussian: on the flat banana the private initialisation is sometimes
+    # refused (InsufficientDataError, docs/reproduction.md), which this plumbing test is not about
+    run_script(
+        *args, "--part", "comparison", "--problems", "correlated_gaussian", "--epsilons", "4"
+    )
     with open(tmp_path / "comparison_private.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert {r["step"] for r in rows} == {"DPPenalty", "DPHMC"}
