@@ -31,6 +31,14 @@ _ADVICE = (
     "parameters. At a fixed budget, sampling longer does not help: every iteration then gets "
     "more noise."
 )
+# the stochastic-gradient samplers: the step size, not the plan, sets each release's noise
+_ADVICE_NO_ACCEPT_REJECT = (
+    "The draws are not a usable posterior. What helps: a larger epsilon, more rows, or fewer "
+    "parameters. This sampler has no accept/reject step and its step_size sets the noise of "
+    "every gradient release: at a fixed budget a smaller step_size buys about proportionally "
+    "more iterations (the same simulated time, less discretisation bias, more computation); "
+    "running longer at the same step_size needs a larger budget."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +52,7 @@ class ConvergenceCheck:
     acceptance: float  # NaN when the step records no acceptance
     diverging: float  # share of diverging iterations (0 when the step has none)
     problems: tuple[str, ...]
+    accept_reject: bool = True  # False: a stochastic-gradient sampler (no ``accepted`` stat)
 
     @property
     def converged(self) -> bool:
@@ -51,13 +60,17 @@ class ConvergenceCheck:
 
     def summary(self) -> str:
         """One line for reports."""
+        acceptance = (
+            f"acceptance {self.acceptance:.2f}" if self.accept_reject else "no accept/reject"
+        )
         numbers = (
             f"R̂ max {self.rhat_max:.3g}, bulk ESS min {self.ess_bulk_min:.3g}, "
-            f"acceptance {self.acceptance:.2f}, diverging {self.diverging:.0%}"
+            f"{acceptance}, diverging {self.diverging:.0%}"
         )
         if self.converged:
             return f"convergence: no problem found ({numbers})"
-        return f"NOT CONVERGED: {'; '.join(self.problems)} ({numbers}). {_ADVICE}"
+        advice = _ADVICE if self.accept_reject else _ADVICE_NO_ACCEPT_REJECT
+        return f"NOT CONVERGED: {'; '.join(self.problems)} ({numbers}). {advice}"
 
 
 def _stacked(dataset: Any) -> np.ndarray:
@@ -110,6 +123,7 @@ def check_convergence(
     rhat, ess = _diagnostics(draws)
     acceptance = math.nan
     diverging = 0.0
+    accept_reject = stats is None or "accepted" in stats.data_vars
     if stats is not None and "accepted" in stats.data_vars:
         acceptance = float(np.mean(stats["accepted"].values))
     if stats is not None and "diverging" in stats.data_vars:
@@ -123,4 +137,6 @@ def check_convergence(
         problems.append(f"R̂ up to {rhat:.3g} (the chains disagree)")
     if ess < ess_min:
         problems.append(f"bulk effective sample size down to {ess:.3g}")
-    return ConvergenceCheck(chains, n_draws, rhat, ess, acceptance, diverging, tuple(problems))
+    return ConvergenceCheck(
+        chains, n_draws, rhat, ess, acceptance, diverging, tuple(problems), accept_reject
+    )

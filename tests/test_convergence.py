@@ -55,6 +55,19 @@ def test_all_divergent_draws_never_look_clean():
     assert not check.converged and "100% of the iterations diverged" in check.summary()
 
 
+def test_a_sampler_without_accept_reject_gets_advice_about_its_step_size():
+    """SG samplers: the step size, not the plan, sets the noise; sampling longer costs ε."""
+    rng = np.random.default_rng(3)
+    draws = rng.normal(size=(4, 500)) + np.arange(4)[:, None]
+    check = check_convergence(release(draws, jump=np.ones((4, 500))))  # no `accepted` stat
+    assert not check.converged and not check.accept_reject
+    text = check.summary()
+    assert "no accept/reject" in text and "smaller step_size" in text
+    assert "sampling longer does not help" not in text and "acceptance nan" not in text
+    with_test = check_convergence(release(draws, accepted=np.ones((4, 500), bool)))
+    assert "sampling longer does not help" in with_test.summary()
+
+
 def normal_mean_step(seed: int, n: int, epsilon: float, **options: float) -> pymc_dp.DPPenalty:
     """DPPenalty on a Normal-mean model, as PyMC's docs write one."""
     data = np.random.default_rng(seed).normal(1.0, 1.0, n)

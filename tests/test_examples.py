@@ -16,6 +16,7 @@ GALLERY = [
     ("correlated_gaussian.py", None, 3),
     ("circle.py", None, 3),
     ("logistic_regression.py", None, 3),
+    ("random_covariance_gaussian.py", None, 4),  # the DP-HMC paper's four samplers
 ]
 
 
@@ -103,3 +104,24 @@ def test_reproduction_runner_runs_the_private_pipeline_by_default(tmp_path):
     assert all(r["clipped_fraction"] == "nan" for r in rows)
     assert all(float(r["score"]) > 0 and int(r["iterations"]) > 0 for r in rows)
     assert not (tmp_path / "comparison_seeds.csv").exists()
+
+
+@pytest.mark.slow
+def test_reproduction_runner_runs_the_dphmc_papers_comparison(tmp_path):
+    """``--part paper``: the four samplers of the paper's §4 on its two models, its settings."""
+    args = ["-m", "pymc_dp.experiments", "--quick", "--out", str(tmp_path), "--workers", "1"]
+    run_script(*args, "--part", "paper", "--paper-epsilons", "6")
+    with open(tmp_path / "paper_comparison.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {(r["problem"], r["step"]) for r in rows} == {
+        (problem, step)
+        for problem in ("paper_banana", "gaussian_10d")
+        for step in ("DPPenalty", "DPHMC", "DPSGLD", "DPSGNHT")
+    }
+    assert all(float(r["score"]) > 0 and int(r["iterations"]) > 0 for r in rows)
+    # the SG samplers have no accept/reject step: no acceptance rate is made up for them
+    sg = [r for r in rows if r["step"] in ("DPSGLD", "DPSGNHT")]
+    assert all(r["acceptance"] == "nan" for r in sg)
+    assert all(0 < float(r["acceptance"]) < 1 for r in rows if r not in sg)
+    assert (tmp_path / "paper_comparison.png").stat().st_size > 0
+    assert "gaussian 10d | DPSGLD" in (tmp_path / "paper_comparison_table.md").read_text()

@@ -1,5 +1,9 @@
 """The seeds' evaluation models (theory §5, thesis Table 5.1) with exact posterior samplers.
 
+The DP-HMC paper's comparison with the stochastic-gradient samplers (its §4) used two more: a
+wider 2-d banana (``paper_banana``) and a 10-d Gaussian with a random covariance
+(``gaussian_10d``).
+
 Each :class:`Problem` simulates its data set, builds an ordinary PyMC model from it (one free
 vector ``theta``) and draws exact samples from the (tempered) posterior where a closed form
 exists. The circle has none: its posterior mean is the origin (by symmetry), which is what the
@@ -18,7 +22,7 @@ import pytensor.tensor as pt
 
 from pymc_dp.testing import Banana
 
-__all__ = ["PROBLEMS", "Problem", "get_problem"]
+__all__ = ["PROBLEMS", "Problem", "get_problem", "paper_gaussian_covariance"]
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,17 @@ class Problem:
         return replace(self, n=int(n), n0=n0)
 
 
-def _banana(name: str, title: str, *, d: int, n: int, a: float, n0: float | None = None):
-    spec = Banana(d=d, a=a)
+def _banana(
+    name: str,
+    title: str,
+    *,
+    d: int,
+    n: int,
+    a: float,
+    n0: float | None = None,
+    lik_var: tuple[float, ...] | None = None,
+):
+    spec = Banana(d=d, a=a, lik_var=lik_var)
     return Problem(
         name,
         title,
@@ -113,6 +126,48 @@ def _corr_exact(data, size, rng, temperature):
     n = data.shape[0]
     lik_precision = np.linalg.inv(_CORR)
     precision = temperature * n * lik_precision + np.eye(2) / _CORR_PRIOR_VAR
+    cov = np.linalg.inv(precision)
+    mean = cov @ (temperature * n * lik_precision @ data.mean(0))
+    return rng.multivariate_normal(mean, cov, size=size)
+
+
+# ---------------------------------------------------------------- 10-d Gaussian (DP-HMC paper §4)
+
+_G10_D = 10
+_G10_PRIOR_SD = 100.0
+_G10_SEED = 43235667  # the paper's key number; NumPy draws a different matrix than its JAX
+
+
+def paper_gaussian_covariance() -> np.ndarray:
+    """``Q diag(λ) Qᵀ``: λ_j ~ Gamma(1/2, 1), Q orthonormalised from a U(0, 1) matrix (paper §4).
+
+    With this seed the eigenvalues run from 0.0047 to 2.69 (condition number 576).
+    """
+    rng = np.random.default_rng(_G10_SEED)
+    eigenvalues = rng.gamma(0.5, 1.0, size=_G10_D)
+    q, _ = np.linalg.qr(rng.uniform(size=(_G10_D, _G10_D)))
+    return (q * eigenvalues) @ q.T
+
+
+_G10_COV = paper_gaussian_covariance()
+_G10_THETA = np.r_[0.0, 3.0, np.zeros(_G10_D - 2)]
+
+
+def _g10_simulate(n: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.multivariate_normal(_G10_THETA, _G10_COV, size=n)
+
+
+def _g10_model(data: np.ndarray) -> pm.Model:
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0.0, _G10_PRIOR_SD, shape=_G10_D)
+        pm.MvNormal("x", mu=theta, cov=_G10_COV, observed=data)
+    return model
+
+
+def _g10_exact(data, size, rng, temperature):
+    n = data.shape[0]
+    lik_precision = np.linalg.inv(_G10_COV)
+    precision = temperature * n * lik_precision + np.eye(_G10_D) / _G10_PRIOR_SD**2
     cov = np.linalg.inv(precision)
     mean = cov @ (temperature * n * lik_precision @ data.mean(0))
     return rng.multivariate_normal(mean, cov, size=size)
@@ -171,6 +226,24 @@ PROBLEMS: dict[str, Problem] = {
         _banana("tempered_banana_10d", "Tempered banana, d = 10", d=10, n=200_000, a=20.0, n0=1000),
         _banana("gaussian_30d", "High-dimensional Gaussian, d = 30", d=30, n=200_000, a=0.0),
         _banana("narrow_banana", "Narrow banana", d=2, n=150_000, a=350.0),
+        # DP-HMC paper §4: likelihood precisions 0.0005 and 0.0004, prior variance 1000
+        _banana(
+            "paper_banana",
+            "Banana of the DP-HMC paper (σ₁² = 2000, σ₂² = 2500)",
+            d=2,
+            n=100_000,
+            a=20.0,
+            lik_var=(2000.0, 2500.0),
+        ),
+        Problem(
+            "gaussian_10d",
+            "10-d Gaussian, random covariance (DP-HMC paper)",
+            n=100_000,
+            d=_G10_D,
+            _simulate=_g10_simulate,
+            _model=_g10_model,
+            _exact=_g10_exact,
+        ),
         Problem(
             "correlated_gaussian",
             "Correlated Gaussian (ρ = 0.999)",

@@ -23,6 +23,11 @@ data costs privacy that no theorem counts; this is an evaluation, not a release 
   ratio's noise stays near one nat;
 * DP Barker and the minibatch penalty only on tempered posteriors (where the seeds found them
   useful), batch 1000.
+
+On the two models of the DP-HMC paper's comparison (``paper_banana``, ``gaussian_10d``) the
+rules give way to the paper's own settings (its public experiment code, :data:`PAPER_SETTINGS`),
+and the stochastic-gradient samplers DP-SGLD and DP-SGNHT join DP-HMC and the DP penalty, as in
+the paper.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from pymc_dp.experiments.problems import Problem
 from pymc_dp.oracle import RowLikelihood
 
 __all__ = [
+    "PAPER_SETTINGS",
+    "PAPER_STEPS",
     "PRIVATE_STEPS",
     "RECIPES",
     "STEPS",
@@ -47,7 +54,17 @@ __all__ = [
     "tune_from_reference",
 ]
 
-STEPS = ("DPPenalty", "DPPenalty-guided", "MinibatchDPPenalty", "DPBarker", "DPHMC")
+STEPS = (
+    "DPPenalty",
+    "DPPenalty-guided",
+    "MinibatchDPPenalty",
+    "DPBarker",
+    "DPHMC",
+    "DPSGLD",
+    "DPSGNHT",
+)
+_RULE_STEPS = STEPS[:5]  # the steps the rules above cover
+PAPER_STEPS = ("DPPenalty", "DPHMC", "DPSGLD", "DPSGNHT")
 _AUTOMATIC = {"DPPenalty": pymc_dp.DPPenalty, "DPHMC": pymc_dp.DPHMC}
 PRIVATE_STEPS = tuple(_AUTOMATIC)
 RECIPES = ("private", "seeds")
@@ -96,9 +113,11 @@ def applicable_steps(problem: Problem, recipe: str = "seeds") -> tuple[str, ...]
     """The steps each recipe runs on ``problem``."""
     if recipe == "private":
         return PRIVATE_STEPS
+    if any(key[0] == problem.name for key in PAPER_SETTINGS):
+        return PAPER_STEPS
     if problem.tempered:
-        return STEPS
-    return tuple(s for s in STEPS if s not in ("MinibatchDPPenalty", "DPBarker"))
+        return _RULE_STEPS
+    return tuple(s for s in _RULE_STEPS if s not in ("MinibatchDPPenalty", "DPBarker"))
 
 
 def private_step(name: str, model: Any, budget: pymc_dp.PrivacyBudget) -> Any:
@@ -121,17 +140,30 @@ def build_step(
     adapt: bool = False,
     nonprivate_diagnostics: bool = True,
     **overrides: Any,
-) -> pymc_dp.DPPenalty | pymc_dp.DPHMC | pymc_dp.DPBarker:
-    """The step ``name`` for ``problem`` with the rules of this module (``overrides`` win)."""
-    t, n, sd = problem.temperature, problem.n, tuning.sd
-    d = sd.size
-    overrides = {**_OVERRIDES.get((problem.name, name), {}), **overrides}
+) -> Any:
+    """The step ``name`` for ``problem`` with the rules of this module (``overrides`` win).
+
+    On the DP-HMC paper's models the paper's settings (:data:`PAPER_SETTINGS`) replace the rules.
+    """
     common = {
         "budget": budget,
         "model": model,
         "nonprivate_diagnostics": nonprivate_diagnostics,
         **overrides,
     }
+    if (problem.name, name) in PAPER_SETTINGS:
+        kwargs = dict(PAPER_SETTINGS[problem.name, name])
+        if name == "DPHMC":
+            kwargs["adapt_step_size"] = adapt
+        return _CLASSES[name](**{**kwargs, **common})  # the paper's models are not tempered
+    if name not in _RULE_STEPS:
+        raise ValueError(
+            f"{name} has settings only on the DP-HMC paper's models "
+            f"{sorted({key[0] for key in PAPER_SETTINGS})}, where the paper ran it."
+        )
+    t, n, sd = problem.temperature, problem.n, tuning.sd
+    d = sd.size
+    common.update({**_OVERRIDES.get((problem.name, name), {}), **overrides})
     if name in ("DPPenalty", "DPPenalty-guided"):
         z = _TAU * np.sqrt(n)
         guided = name == "DPPenalty-guided"
@@ -197,3 +229,56 @@ _OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
         for step in ("DPPenalty", "DPPenalty-guided", "DPHMC")
     },
 }
+
+
+_CLASSES = {
+    "DPPenalty": pymc_dp.DPPenalty,
+    "DPHMC": pymc_dp.DPHMC,
+    "DPSGLD": pymc_dp.DPSGLD,
+    "DPSGNHT": pymc_dp.DPSGNHT,
+}
+
+PAPER_SETTINGS: dict[tuple[str, str], dict[str, Any]] = {
+    # DP-HMC paper §4, from its public experiment code (params/*.py), in our argument names:
+    # τ → tau / tau_l, τ_g → tau_g, η → step_size, L → n_steps, r_clip → llr_clip (per unit of
+    # jump length, as ours), the SG samplers' b, C, η, A → batch_size, grad_clip, step_size,
+    # diffusion. Same η means the same dynamics, but our DP-SGLD's noise is N(0, 2h) where the
+    # paper's code used N(0, h) (theory §4.5): its noise multiplier is √2 times the paper's.
+    ("paper_banana", "DPPenalty"): {"tau": 0.17, "proposal_scale": 0.06, "llr_clip": 0.15},
+    ("paper_banana", "DPHMC"): {
+        "tau_l": 0.10,
+        "tau_g": 0.55,
+        "step_size": 0.006,
+        "n_steps": 25,
+        "mass_diag": 1.0,
+        "llr_clip": 0.1,
+        "grad_clip": 0.05,
+        "adapt_mass": False,
+    },
+    ("paper_banana", "DPSGLD"): {"batch_size": 1000, "grad_clip": 0.2, "step_size": 1.0},
+    ("paper_banana", "DPSGNHT"): {
+        "batch_size": 1000,
+        "grad_clip": 0.2,
+        "step_size": 100.0,
+        "diffusion": 50.0,
+    },
+    ("gaussian_10d", "DPPenalty"): {"tau": 0.05, "proposal_scale": 0.0007, "llr_clip": 10.0},
+    ("gaussian_10d", "DPHMC"): {
+        "tau_l": 0.1,
+        "tau_g": 0.25,
+        "step_size": 0.00015,
+        "n_steps": 12,
+        "mass_diag": 1.0,
+        "llr_clip": 6.0,
+        "grad_clip": 10.0,
+        "adapt_mass": False,
+    },
+    ("gaussian_10d", "DPSGLD"): {"batch_size": 1000, "grad_clip": 15.0, "step_size": 0.008},
+    ("gaussian_10d", "DPSGNHT"): {
+        "batch_size": 1000,
+        "grad_clip": 12.0,
+        "step_size": 0.2,
+        "diffusion": 30.0,
+    },
+}
+"""The DP-HMC paper's settings for its comparison models (keyed by problem and step)."""

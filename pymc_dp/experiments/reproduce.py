@@ -8,6 +8,12 @@ Three parts, each writing CSV results and PNG figures to ``--out``:
   default) runs the steps as a user would: automatic settings from PyMC's initial point,
   everything read from the data accounted; ``--recipe seeds`` the seeds' non-private settings
   and starts at exact posterior draws, kept only to compare (:mod:`.recipes`);
+* ``paper`` — the DP-HMC paper's comparison (its §4): MMD vs ε for DP-SGLD and DP-SGNHT next to
+  DP-HMC and the DP penalty on the paper's banana and 10-d Gaussian, with the paper's settings
+  (``paper_comparison.csv``, ``.png``, ``_table.md``). The SG samplers' budgets allow millions
+  of iterations at large ε; runs are capped at :data:`PAPER_MAX_ITERATIONS` (the table gives
+  the iterations run, and a capped run spends less than its ε; ``--paper-max-iterations 0``
+  lifts the cap);
 * ``clipping`` — MMD vs the share of clipped ratios, non-DP (``clipping.csv``, ``clipping.png``);
 * ``accounting`` — iterations allowed by tight PLD vs zCDP accounting
   (``accounting.csv``, ``accounting_iterations.png``).
@@ -33,6 +39,9 @@ from typing import Any
 _DEFAULT_OUT = Path("docs") / "reproduction"
 COMPARISON_PROBLEMS = ("flat_banana_2d", "tempered_banana_2d", "correlated_gaussian")
 EPSILONS = (1.0, 2.0, 4.0, 6.0)
+PAPER_PROBLEMS = ("paper_banana", "gaussian_10d")
+PAPER_EPSILONS = (2.0, 6.0, 10.0, 15.0)  # from the paper's grid 2, 4, …, 15
+PAPER_MAX_ITERATIONS = 200_000
 _QUICK_N = 10_000
 _QUICK_ITERATIONS = 200
 
@@ -118,26 +127,35 @@ def _run_tasks(
                 progress.advance(bar)
 
 
-def _comparison(args: argparse.Namespace) -> None:
+def _comparison(
+    args: argparse.Namespace,
+    *,
+    stem: str,
+    problems: Iterable[str],
+    epsilons: Iterable[float],
+    recipe: str,
+    max_iterations: int | None = None,
+) -> None:
     from pymc_dp.experiments.problems import get_problem
     from pymc_dp.experiments.recipes import applicable_steps
 
+    cap = _QUICK_ITERATIONS if args.quick else max_iterations
     tasks = [
         {
             "problem": name,
             "step": step,
-            "recipe": args.recipe,
+            "recipe": recipe,
             "epsilon": float(eps),
             "seed": seed,
             "n": _QUICK_N if args.quick else None,
-            "max_iterations": _QUICK_ITERATIONS if args.quick else None,
+            "max_iterations": cap,
         }
-        for name in args.problems
-        for step in applicable_steps(get_problem(name), args.recipe)
-        for eps in args.epsilons
+        for name in problems
+        for step in applicable_steps(get_problem(name), recipe)
+        if args.steps is None or step in args.steps
+        for eps in epsilons
         for seed in range(args.seeds)
     ]
-    stem = f"comparison_{args.recipe}"
     path = args.out / f"{stem}.csv"
     _run_tasks(
         tasks,
@@ -145,7 +163,7 @@ def _comparison(args: argparse.Namespace) -> None:
         path,
         ("problem", "step", "epsilon", "seed"),
         args.workers,
-        f"comparison ({args.recipe} recipe)",
+        f"{stem.replace('_', ' ')} ({recipe} recipe)",
     )
     plot_comparison(path, args.out / f"{stem}.png")
     write_comparison_table(path, args.out / f"{stem}_table.md")
@@ -324,11 +342,25 @@ def main(argv: Iterable[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=_DEFAULT_OUT, help="results folder")
     parser.add_argument(
         "--part",
-        choices=("comparison", "clipping", "accounting", "all"),
+        choices=("comparison", "paper", "clipping", "accounting", "all"),
         default="all",
     )
     parser.add_argument("--problems", nargs="+", default=list(COMPARISON_PROBLEMS))
     parser.add_argument("--epsilons", nargs="+", type=float, default=list(EPSILONS))
+    parser.add_argument(
+        "--paper-epsilons",
+        nargs="+",
+        type=float,
+        default=list(PAPER_EPSILONS),
+        help="ε grid of the paper part",
+    )
+    parser.add_argument(
+        "--paper-max-iterations",
+        type=int,
+        default=PAPER_MAX_ITERATIONS,
+        help="iteration cap of the paper part (0: none, every run spends its whole budget)",
+    )
+    parser.add_argument("--steps", nargs="+", help="only these steps (default: all that apply)")
     parser.add_argument("--seeds", type=int, default=3, help="runs per setting")
     parser.add_argument(
         "--recipe",
@@ -345,7 +377,7 @@ def main(argv: Iterable[str] | None = None) -> None:
         args.seeds = 1
     args.out.mkdir(parents=True, exist_ok=True)
     if args.fresh:
-        for name in (f"comparison_{args.recipe}.csv", "clipping.csv"):
+        for name in (f"comparison_{args.recipe}.csv", "paper_comparison.csv", "clipping.csv"):
             (args.out / name).unlink(missing_ok=True)
     _quiet()
     if args.part in ("accounting", "all"):
@@ -355,4 +387,20 @@ def main(argv: Iterable[str] | None = None) -> None:
     if args.part in ("clipping", "all"):
         _clipping(args)
     if args.part in ("comparison", "all"):
-        _comparison(args)
+        _comparison(
+            args,
+            stem=f"comparison_{args.recipe}",
+            problems=args.problems,
+            epsilons=args.epsilons,
+            recipe=args.recipe,
+        )
+    if args.part in ("paper", "all"):
+        # the paper's own settings: the seeds recipe, on its models and ε grid
+        _comparison(
+            args,
+            stem="paper_comparison",
+            problems=PAPER_PROBLEMS,
+            epsilons=args.paper_epsilons,
+            recipe="seeds",
+            max_iterations=args.paper_max_iterations or None,
+        )

@@ -55,7 +55,7 @@ class RunResult:
     n: int
     iterations: int
     acceptance: float
-    clipped_fraction: float  # NOT private: evaluation only
+    clipped_fraction: float  # NOT private: evaluation only (ratios; gradients for SG samplers)
     score: float  # MMD to the reference, or ‖mean‖ for the circle
     floor: float  # MMD between two reference samples (0 for the circle)
     metric: str
@@ -146,11 +146,13 @@ def run(
     else:
         raise ValueError(f"recipe must be 'private' or 'seeds', not {recipe!r}")
     stats = idata.sample_stats
-    clipped = (
-        float(stats["llr_clipped_fraction"].mean())
-        if "llr_clipped_fraction" in stats
-        else float("nan")  # not measured: the private recipe releases no clip counts
+    # not measured (NaN): the private recipe releases no clip counts; the SG samplers clip
+    # gradients (no ratios) and have no accept/reject step
+    clip_stat = next(
+        (k for k in ("llr_clipped_fraction", "grad_clipped_fraction") if k in stats), None
     )
+    clipped = float(stats[clip_stat].mean()) if clip_stat else float("nan")
+    acceptance = float(stats["accepted"].mean()) if "accepted" in stats else float("nan")
     if prob.has_exact_sample or prob.exact_mean is None:
         size = min(len(kept), _MAX_COMPARED, len(prep.reference) // 2)
         sample = kept[np.linspace(0, len(kept) - 1, size).astype(int)]
@@ -168,7 +170,7 @@ def run(
         seed=int(seed),
         n=prob.n,
         iterations=int(theta.shape[1]),
-        acceptance=float(stats["accepted"].mean()),
+        acceptance=acceptance,
         clipped_fraction=clipped,
         score=float(score),
         floor=float(floor),
