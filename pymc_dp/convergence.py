@@ -37,7 +37,7 @@ _ADVICE_NO_ACCEPT_REJECT = (
     "parameters. This sampler has no accept/reject step and its step_size sets the noise of "
     "every gradient release: at a fixed budget a smaller step_size buys about proportionally "
     "more iterations (the same simulated time, less discretisation bias, more computation); "
-    "running longer at the same step_size needs a larger budget."
+    "a longer run at the same step_size costs proportionally more epsilon."
 )
 
 

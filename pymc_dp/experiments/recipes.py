@@ -242,13 +242,16 @@ PAPER_SETTINGS: dict[tuple[str, str], dict[str, Any]] = {
     # DP-HMC paper §4, from its public experiment code (params/*.py), in our argument names:
     # τ → tau / tau_l, τ_g → tau_g, η → step_size, L → n_steps, r_clip → llr_clip (per unit of
     # jump length, as ours), the SG samplers' b, C, η, A → batch_size, grad_clip, step_size,
-    # diffusion. Same η means the same dynamics, but our DP-SGLD's noise is N(0, 2h) where the
-    # paper's code used N(0, h) (theory §4.5): its noise multiplier is √2 times the paper's.
+    # diffusion. DP HMC: the paper's leapfrog step is η·u with u a Halton point in (0, 1), ours
+    # step_size·U(1 − j, 1 + j), so step_size = η/2 with j = 0.999. Our DP-SGLD's noise is
+    # N(0, 2h) where the paper's code used N(0, h) (theory §4.5), so at the same η its drift is
+    # the paper's but its noise multiplier is √2 times the paper's (and it targets π, not π²).
     ("paper_banana", "DPPenalty"): {"tau": 0.17, "proposal_scale": 0.06, "llr_clip": 0.15},
     ("paper_banana", "DPHMC"): {
         "tau_l": 0.10,
         "tau_g": 0.55,
-        "step_size": 0.006,
+        "step_size": 0.006 / 2,  # the paper's η times a U(0, 1) jitter: η/2 ± 99.9 %
+        "step_jitter": 0.999,
         "n_steps": 25,
         "mass_diag": 1.0,
         "llr_clip": 0.1,
@@ -266,7 +269,8 @@ PAPER_SETTINGS: dict[tuple[str, str], dict[str, Any]] = {
     ("gaussian_10d", "DPHMC"): {
         "tau_l": 0.1,
         "tau_g": 0.25,
-        "step_size": 0.00015,
+        "step_size": 0.00015 / 2,
+        "step_jitter": 0.999,
         "n_steps": 12,
         "mass_diag": 1.0,
         "llr_clip": 6.0,

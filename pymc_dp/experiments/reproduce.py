@@ -165,6 +165,9 @@ def _comparison(
         args.workers,
         f"{stem.replace('_', ' ')} ({recipe} recipe)",
     )
+    if not path.exists():
+        print(f"{stem}: no runs selected, nothing to plot")
+        return
     plot_comparison(path, args.out / f"{stem}.png")
     write_comparison_table(path, args.out / f"{stem}_table.md")
 
@@ -198,7 +201,11 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 def write_comparison_table(path: Path, out: Path) -> None:
-    """Markdown table: median MMD (min–max over seeds) per model, step and ε; floors; iterations."""
+    """Markdown table: median MMD (min–max over seeds) per model, step and ε; iterations.
+
+    Each cell also gives the step's own floor (the MMD between two exact samples of the size its
+    runs compared: few kept draws make a high floor); the last row per model is the median floor.
+    """
     import numpy as np
 
     rows = _rows(path)
@@ -223,7 +230,9 @@ def write_comparison_table(path: Path, out: Path) -> None:
                 if len(values) > 1 and key == "score":
                     cell += f" ({min(values):.2f}–{max(values):.2f})"
                 if key == "score":
-                    cell += f"; {its} it"
+                    # this step's own floor: it depends on how many draws its runs kept
+                    own_floor = np.median([float(r["floor"]) for r in at])
+                    cell += f"; {its} it; floor {own_floor:.2f}"
                 cells.append(cell)
             lines.append(f"| {problem.replace('_', ' ')} | {step} | " + " | ".join(cells) + " |")
     out.write_text("\n".join(lines) + "\n")
@@ -334,7 +343,8 @@ def plot_clipping(path: Path, out: Path) -> None:
 
 
 def main(argv: Iterable[str] | None = None) -> None:
-    from pymc_dp.experiments.recipes import RECIPES  # here: the module imports PyMC lazily
+    # here: the module imports PyMC lazily
+    from pymc_dp.experiments.recipes import RECIPES, STEPS
 
     parser = argparse.ArgumentParser(
         prog="python -m pymc_dp.experiments", description=__doc__.splitlines()[0]
@@ -358,9 +368,12 @@ def main(argv: Iterable[str] | None = None) -> None:
         "--paper-max-iterations",
         type=int,
         default=PAPER_MAX_ITERATIONS,
-        help="iteration cap of the paper part (0: none, every run spends its whole budget)",
+        help="iteration cap of the paper part (0: none, every run spends its whole budget); "
+        "runs already in --out are not rerun, so give a new --out for another cap",
     )
-    parser.add_argument("--steps", nargs="+", help="only these steps (default: all that apply)")
+    parser.add_argument(
+        "--steps", nargs="+", choices=STEPS, help="only these steps (default: all that apply)"
+    )
     parser.add_argument("--seeds", type=int, default=3, help="runs per setting")
     parser.add_argument(
         "--recipe",
@@ -373,12 +386,20 @@ def main(argv: Iterable[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a fast check of the pipeline")
     parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
     args = parser.parse_args(None if argv is None else list(argv))
+    if args.paper_max_iterations < 0:
+        parser.error("--paper-max-iterations must be 0 (no cap) or positive")
     if args.quick:
         args.seeds = 1
     args.out.mkdir(parents=True, exist_ok=True)
     if args.fresh:
-        for name in (f"comparison_{args.recipe}.csv", "paper_comparison.csv", "clipping.csv"):
-            (args.out / name).unlink(missing_ok=True)
+        files = {
+            "comparison": f"comparison_{args.recipe}.csv",
+            "paper": "paper_comparison.csv",
+            "clipping": "clipping.csv",
+        }
+        for part, name in files.items():
+            if args.part in (part, "all"):
+                (args.out / name).unlink(missing_ok=True)
     _quiet()
     if args.part in ("accounting", "all"):
         from pymc_dp.experiments import accounting_comparison

@@ -62,3 +62,9 @@ def test_the_paper_models_are_those_of_the_dphmc_paper():
     eigenvalues = np.linalg.eigvalsh(_G10_COV)
     assert np.allclose(_G10_COV, _G10_COV.T) and eigenvalues.min() > 0
     assert eigenvalues.max() / eigenvalues.min() > 100  # ill-conditioned, as the paper's
+    data = gauss.simulate(np.random.default_rng(1))
+    assert np.allclose(data.mean(0), np.r_[0.0, 3.0, np.zeros(8)], atol=0.02)  # true θ
+    assert np.allclose(np.cov(data, rowvar=False), _G10_COV, atol=0.03)
+    with gauss.model(data[:10]) as model:  # prior N(0, 100²) on every coordinate
+        prior = model["theta"].owner.inputs[-1].eval()  # sigma of pm.Normal
+    assert np.allclose(prior, 100.0)
