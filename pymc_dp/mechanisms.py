@@ -436,7 +436,8 @@ class GradNormHistogram(Mechanism):
         return Release(counts + self.channel.noise.normal(sigma, counts.size), sigma, None)
 
 
-def _check_batch(batch_size: int, n_rows: int) -> None:
+def check_batch_rows(batch_size: int, n_rows: int) -> None:
+    """A batch of ``batch_size`` rows must fit in ``n_rows``: ``2 ≤ b ≤ n``."""
     if not 2 <= batch_size <= n_rows:
         raise InvalidParameterError(
             f"batch_size={batch_size} must be between 2 and the number of rows n = {n_rows}."
@@ -453,7 +454,7 @@ def minibatch_llr_estimate(
     without the finite-population factor and with ``b`` for ``b − 1`` differs by ``O(1/b + q)``).
     """
     b, n = ratio.shape[0], int(n_rows)
-    _check_batch(b, n)
+    check_batch_rows(b, n)
     s = n * temperature / b
     total = float(ratio.sum())
     spread = max(float(np.dot(ratio, ratio)) - total * total / b, 0.0)
@@ -514,7 +515,7 @@ class MinibatchLLRRelease(_NoisySum):
             temperature=temperature,
             count_clipped=count_clipped,
         )
-        _check_batch(int(batch_size), channel.n_rows)
+        check_batch_rows(int(batch_size), channel.n_rows)
         self.batch_size = int(batch_size)
         self.llr_clip = float(llr_clip)
         self.variance_correction = bool(variance_correction)
@@ -569,7 +570,7 @@ class MinibatchGradientRelease(Mechanism):
         count_clipped: bool = False,
     ) -> None:
         super().__init__(channel)
-        _check_batch(int(batch_size), channel.n_rows)
+        check_batch_rows(int(batch_size), channel.n_rows)
         self.batch_size = int(batch_size)
         self.grad_clip = float(grad_clip)
         self.noise_multiplier = float(noise_multiplier)

@@ -365,7 +365,11 @@ def subsampled_gaussian_schedule_epsilon(
         (e.g. the SGHMC thesis' Table 6.3), since our samplers draw fixed-size batches.
     accountant : {"pld", "rdp"}
         Tight PLD, or RDP (looser): WBK 2019 Thm 9 for ``"substitute"``, dp_accounting's
-        Poisson RDP for ``"add_remove_poisson"``.
+        Poisson RDP for ``"add_remove_poisson"``. Under ``"substitute"`` the PLD is the
+        ledger's own composition (:func:`pymc_dp.accounting.costs.compose_epsilon` of
+        ``SubsampledGaussianCost`` events).
+    discretization : float
+        PLD loss discretisation of the ``"add_remove_poisson"`` accountant.
     """
     if relation not in SCHEDULE_RELATIONS:
         raise InvalidParameterError(
@@ -400,12 +404,6 @@ def subsampled_gaussian_schedule_epsilon(
         orders = np.arange(2, 257)
         total = sum(subsampled_gaussian_rdp(orders, z, q) for z in zs) * j
         return float(rdp_to_epsilon(orders, total, d)[0])
-    composed = None
-    for z in zs:
-        step = (
-            gaussian_pld(j / (2.0 * z * z), discretization)
-            if q == 1.0
-            else _self_composed_pld(z, q, discretization, j)
-        )
-        composed = step if composed is None else composed.compose(step)
-    return max(0.0, float(composed.get_epsilon_for_delta(d)))
+    from pymc_dp.accounting.costs import SubsampledGaussianCost, compose_epsilon  # (cycle)
+
+    return compose_epsilon([(SubsampledGaussianCost(z, q), j) for z in zs], d)[0]

@@ -65,8 +65,13 @@ STEPS = (
 )
 _RULE_STEPS = STEPS[:5]  # the steps the rules above cover
 PAPER_STEPS = ("DPPenalty", "DPHMC", "DPSGLD", "DPSGNHT")
-_AUTOMATIC = {"DPPenalty": pymc_dp.DPPenalty, "DPHMC": pymc_dp.DPHMC}
-PRIVATE_STEPS = tuple(_AUTOMATIC)
+_CLASSES = {
+    "DPPenalty": pymc_dp.DPPenalty,
+    "DPHMC": pymc_dp.DPHMC,
+    "DPSGLD": pymc_dp.DPSGLD,
+    "DPSGNHT": pymc_dp.DPSGNHT,
+}
+PRIVATE_STEPS = ("DPPenalty", "DPHMC")  # the steps with automatic settings
 RECIPES = ("private", "seeds")
 _TAU, _TAU_L, _TAU_G, _LEAPFROG = 0.1, 0.1, 0.55, 20
 _BATCH = 1000
@@ -122,12 +127,12 @@ def applicable_steps(problem: Problem, recipe: str = "seeds") -> tuple[str, ...]
 
 def private_step(name: str, model: Any, budget: pymc_dp.PrivacyBudget) -> Any:
     """``name`` on its automatic settings: the budget and nothing else (``PRIVATE_STEPS``)."""
-    if name not in _AUTOMATIC:
+    if name not in PRIVATE_STEPS:
         raise ValueError(
             f"{name} has no automatic settings; the private recipe runs {PRIVATE_STEPS}"
         )
     with model:
-        return _AUTOMATIC[name](budget=budget)
+        return _CLASSES[name](budget=budget)
 
 
 def build_step(
@@ -230,13 +235,6 @@ _OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     },
 }
 
-
-_CLASSES = {
-    "DPPenalty": pymc_dp.DPPenalty,
-    "DPHMC": pymc_dp.DPHMC,
-    "DPSGLD": pymc_dp.DPSGLD,
-    "DPSGNHT": pymc_dp.DPSGNHT,
-}
 
 PAPER_SETTINGS: dict[tuple[str, str], dict[str, Any]] = {
     # DP-HMC paper §4, from its public experiment code (params/*.py), in our argument names:

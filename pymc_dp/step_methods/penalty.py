@@ -15,7 +15,7 @@ from pymc_dp.kernels.penalty import (
     PenaltyState,
     penalty_kernel,
 )
-from pymc_dp.mechanisms import LLRRelease, MinibatchLLRRelease
+from pymc_dp.mechanisms import LLRRelease, MinibatchLLRRelease, check_batch_rows
 from pymc_dp.prediction import predict_penalty_ess
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
 from pymc_dp.step_methods.base import DEFAULT_CHAINS, DPStep
@@ -189,10 +189,8 @@ class DPPenalty(DPStep):
             init_share=init_share,
         )
         n = self._channel.n_rows
-        if self.batch_size is not None and not 2 <= self.batch_size <= n:
-            raise InvalidParameterError(
-                f"batch_size={self.batch_size} must be between 2 and the number of rows n = {n}."
-            )
+        if self.batch_size is not None:
+            check_batch_rows(self.batch_size, n)
         self.noise_multiplier = (
             None
             if self._auto_noise

@@ -20,7 +20,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.stochastic_gradient import (
     SGMechanisms,
     SGState,
@@ -29,7 +28,7 @@ from pymc_dp.kernels.stochastic_gradient import (
     sgld_kernel,
     sgnht_kernel,
 )
-from pymc_dp.mechanisms import MinibatchGradientRelease
+from pymc_dp.mechanisms import MinibatchGradientRelease, check_batch_rows
 from pymc_dp.step_methods.base import DPStep
 from pymc_dp.step_methods.options import check_batch_size, check_positive_int, positive_float
 
@@ -113,11 +112,7 @@ class _StochasticGradientStep(DPStep):
             rng=rng,
             init_share=init_share,
         )
-        n = self._channel.n_rows
-        if not 2 <= self.batch_size <= n:
-            raise InvalidParameterError(
-                f"batch_size={self.batch_size} must be between 2 and the number of rows n = {n}."
-            )
+        check_batch_rows(self.batch_size, self._channel.n_rows)
         self._complete_build()
 
     # ---------------------------------------------------------------- the release
