@@ -3,18 +3,25 @@
 Every chain reads the same data, so chains compose; tuning iterations count like any other
 (theory §3). :func:`plan_iterations` is used by :func:`pymc_dp.sample` and by
 ``DPStep.sampling_kwargs`` alike. It reads only the step's budget and per-iteration cost, so it
-works for any step (duck-typed: ``step.budget``, ``step.cost``).
+works for any step (duck-typed: ``step.budget``, ``step.cost``; a step whose iterations do not
+all cost the same, e.g. under a decreasing step-size schedule, also has ``uniform_cost = False``
+and ``chain_spending(first, last)``).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Integral, Real
 from typing import Any
 
+from pymc_dp.accounting._search import largest_fitting
 from pymc_dp.errors import BudgetExceededError, InvalidParameterError
 
-__all__ = ["plan_iterations"]
+__all__ = ["MAX_SCHEDULED_CHAIN_LENGTH", "plan_iterations"]
+
+#: Longest chain the default plan gives a step under a decreasing step-size schedule.
+MAX_SCHEDULED_CHAIN_LENGTH = 100_000
 
 
 def plan_iterations(
@@ -37,11 +44,11 @@ def plan_iterations(
         n_tune = int(tune)
         if isinstance(draws, Integral) and not isinstance(draws, bool) and draws >= 1:
             # both counts given: one composition check, no search for the largest count
-            if budget.fits(step.cost, int(chains) * (n_tune + int(draws))):
+            if _chains_fit(step, int(chains), n_tune + int(draws)):
                 return n_tune, int(draws)
-        per_chain = budget.iterations_per_chain(step.cost, int(chains))
+        per_chain = _iterations_per_chain(step, int(chains))
     elif 0 <= tune < 1:
-        per_chain = budget.iterations_per_chain(step.cost, int(chains))
+        per_chain = _iterations_per_chain(step, int(chains))
         n_tune = math.floor(float(tune) * per_chain)
     else:
         raise InvalidParameterError(
@@ -71,3 +78,64 @@ def plan_iterations(
             "No data was read."
         )
     return n_tune, n_draws
+
+
+def _chains_fit(step: Any, chains: int, iterations: int) -> bool:
+    """Whether ``chains`` chains of ``iterations`` iterations each fit the step's budget."""
+    if getattr(step, "uniform_cost", True):
+        return step.budget.fits(step.cost, chains * iterations)
+    spending = step.chain_spending(0, iterations)
+    return step.budget.fits_spending([(cost, chains * k) for cost, k in spending])
+
+
+def _iterations_per_chain(step: Any, chains: int) -> int:
+    """Longest chain length such that ``chains`` chains fit (every chain starts at stage 0).
+
+    Under a step-size schedule later iterations cost less than the first, and the count can
+    grow without practical bound (with ``γ = 1`` a budget that buys 10⁴ constant-step
+    iterations buys 10⁸): the search stops at :data:`MAX_SCHEDULED_CHAIN_LENGTH`, with a
+    warning, leaving the rest of the budget unspent.
+    """
+    budget = step.budget
+    at_first_cost = budget.iterations_per_chain(step.cost, chains)  # refuses a tiny budget
+    if getattr(step, "uniform_cost", True) or at_first_cost == 0:
+        return at_first_cost
+    cap = max(MAX_SCHEDULED_CHAIN_LENGTH, at_first_cost)
+
+    def fits(k: int) -> bool:
+        return k <= cap and _chains_fit(step, chains, k)
+
+    guess = min(_central_limit_guess(step, chains, at_first_cost), cap)
+    # searched in units of about 1/1000 of the guess: each check composes every stage's PLD,
+    # and a plan at most 0.1 % short of the longest is as good
+    unit = max(1, guess // 1000)
+    length = unit * largest_fitting(lambda m: fits(m * unit), guess // unit, step=16)
+    length = max(length, at_first_cost)
+    if length == cap and _chains_fit(step, chains, cap + 1):
+        warnings.warn(
+            f"Under its step-size schedule this budget allows more than {cap} iterations per "
+            f"chain for {chains} chains; the plan stops at {cap} and leaves the rest of the "
+            "budget unspent. Give draws= (and tune=) to choose the length.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return length
+
+
+def _central_limit_guess(step: Any, chains: int, at_first_cost: int) -> int:
+    """A start for the search: the length whose privacy loss has the mean of ``at_first_cost``
+    first-stage iterations (each cost's mean loss is ``∝ 1 / cost.iterations_guess``)."""
+    eps, delta = step.budget.epsilon, step.budget.delta
+
+    guesses: dict = {}  # one per stage's cost (each may build a PLD)
+
+    def load(length: int) -> float:
+        total = 0.0
+        for cost, k in step.chain_spending(0, length):
+            if cost not in guesses:
+                guesses[cost] = cost.iterations_guess(eps, delta)
+            total += chains * k / guesses[cost]
+        return total
+
+    target = chains * at_first_cost / step.cost.iterations_guess(eps, delta)
+    return largest_fitting(lambda k: load(k) <= target, at_first_cost, step=at_first_cost)

@@ -15,6 +15,7 @@ import numpy as np
 
 from pymc_dp._compat import group_names
 from pymc_dp.accounting import GaussianCost, compose, gaussian_epsilon
+from pymc_dp.accounting.costs import compose_epsilon
 from pymc_dp.convergence import check_convergence
 from pymc_dp.errors import InvalidParameterError, PrivacyLeakError
 
@@ -41,7 +42,8 @@ def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[s
     iterations = int(tune) + int(draws)
     total = chains * iterations
     meta = {k: v for k, v in step.privacy_metadata().items() if k not in _PER_CHAIN_KEYS}
-    mu_per_iteration = step.cost.gaussian_mu()
+    uniform = getattr(step, "uniform_cost", True)
+    mu_per_iteration = step.cost.gaussian_mu() if uniform else None
     start = getattr(step, "private_start", None)
     phases: dict[str, float] = {} if start is None else dict(start.phases)
     if mu_per_iteration is not None:
@@ -61,6 +63,25 @@ def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[s
             dp_mu_per_iteration=float(mu_per_iteration),
             dp_mu_spent=mu_spent,
             dp_epsilon_spent=float(gaussian_epsilon(budget.delta, mu_spent)) if mu_spent else 0.0,
+        )
+    elif not uniform:
+        # a step-size schedule: each chain's stages (chain_spending), composed like the ledger
+        phase_spending = {
+            "tuning": [(c, chains * k) for c, k in step.chain_spending(0, int(tune))],
+            "sampling": [(c, chains * k) for c, k in step.chain_spending(int(tune), iterations)],
+        }
+        for phase, spending in phase_spending.items():
+            meta[f"dp_phase_{phase}_epsilon"] = compose_epsilon(spending, budget.delta)[0]
+        events = [*phase_spending["tuning"], *phase_spending["sampling"]]
+        if init_mu > 0:
+            events.append((GaussianCost(init_mu), 1))
+        meta.update(
+            dp_accountant=(
+                f"{step.cost.accountant}: {len(step.chain_spending(0, iterations))} stages of "
+                "decreasing cost per chain (a step-size schedule), the first "
+                f"{step.cost.describe()} (pymc_dp.accounting, docs/theory.md §3)"
+            ),
+            dp_epsilon_spent=compose_epsilon(events, budget.delta)[0] if events else 0.0,
         )
     else:
         # a subsampled cost: each phase's ε on its own, and the whole run composed (a Gaussian
@@ -208,7 +229,8 @@ def _verify_spend(idata: az.InferenceData, step: Any, *, chains: int, iterations
     Each iteration stores the chain's ``epsilon_spent`` as the step's accountant computes it
     from the step's privacy parameters; at the last draw it must equal what this step's
     parameters give for ``iterations``. The step's budget must hold reservations of this cost
-    for at least ``chains × iterations`` iterations.
+    for at least ``chains × iterations`` iterations (of each stage's cost, under a step-size
+    schedule).
     """
     recorded = idata["sample_stats"]["epsilon_spent"].values[..., -1]
     expected = step._spent(iterations)["epsilon_spent"]
@@ -219,13 +241,16 @@ def _verify_spend(idata: az.InferenceData, step: Any, *, chains: int, iterations
             f"{iterations} iterations: these draws were produced by another step (or with "
             "other tune/draws). Label them with the step that produced them."
         )
-    paid = sum(e.iterations for e in step.budget.history() if e.cost == step.cost)
-    if paid < chains * iterations:
-        raise PrivacyLeakError(
-            f"The budget of this step has reservations for {paid} iterations of its cost, fewer "
-            f"than the {chains} × {iterations} these draws need: they were not produced under "
-            "this budget. Label them with the step (and budget) that produced them."
-        )
+    history = step.budget.history()
+    for cost, count in step.chain_spending(0, iterations):  # one pair, or one per stage
+        paid = sum(e.iterations for e in history if e.cost == cost)
+        if paid < chains * count:
+            raise PrivacyLeakError(
+                f"The budget of this step has reservations for {paid} iterations of its cost "
+                f"({cost.describe()}), fewer than the {chains} × {count} these draws need: they "
+                "were not produced under this budget. Label them with the step (and budget) "
+                "that produced them."
+            )
 
 
 def _refuse_unknown(idata: Any, groups: tuple[str, ...], allowed: set[str], why: str) -> None:

@@ -24,7 +24,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pymc_dp.accounting._checks import check_delta, check_epsilon, check_int
@@ -328,6 +328,14 @@ class PrivacyBudget:
         k = check_int(iterations, "iterations", minimum=0)
         return composition_fits([*self._spending(), (c, k)], self._epsilon, self._delta)
 
+    def fits_spending(self, spending: Sequence[tuple[PrivacyCost | float, int]]) -> bool:
+        """Whether ``(cost, iterations)`` pairs fit together beside everything reserved.
+
+        :meth:`fits` for a run whose cost changes along the way (one pair per stage).
+        """
+        items = [(as_cost(c), check_int(k, "iterations", minimum=0)) for c, k in spending]
+        return composition_fits([*self._spending(), *items], self._epsilon, self._delta)
+
     def calibrate_noise(
         self,
         cost_of: Callable[[float], PrivacyCost | float],
@@ -467,3 +475,36 @@ class PrivacyBudget:
             self._dataset, c, k, mechanism=mechanism, chain=chain, chains=n_chains
         )
         return Reservation._from_entry(entry, self._ledger)
+
+    def reserve_parts(
+        self,
+        parts: Sequence[tuple[PrivacyCost, int]],
+        *,
+        mechanism: str = "DPPenalty",
+        chain: int | None = None,
+        chains: int = 1,
+    ) -> list[Reservation]:
+        """Reserve consecutive stages of different costs at once: all of them, or none.
+
+        A chain whose cost changes along the way (a decreasing step-size schedule, theory
+        §4.5) reserves ``[(cost_1, k_1), (cost_2, k_2), …]``: ``k_1`` iterations of ``cost_1``,
+        then ``k_2`` of ``cost_2``, … in one atomic transaction (see :meth:`reserve`). Returns
+        one :class:`Reservation` per part, in order.
+        """
+        if not parts:
+            raise InvalidParameterError("parts must hold at least one (cost, iterations) pair.")
+        items = [
+            (as_cost(c), check_int(k, "iterations", minimum=1, hint=" Reserve at least one."))
+            for c, k in parts
+        ]
+        n_chains = check_int(chains, "chains", minimum=1)
+        if chain is not None:
+            chain = check_int(chain, "chain", minimum=0)
+        if not isinstance(mechanism, str) or not mechanism:
+            raise InvalidParameterError(f"mechanism must be a non-empty string; got {mechanism!r}.")
+        if not composition_fits([(items[0][0], 1)], self._epsilon, self._delta):
+            raise self._too_small(items[0][0], 1, "a single iteration")
+        entries = self._ledger.reserve_parts(
+            self._dataset, items, mechanism=mechanism, chain=chain, chains=n_chains
+        )
+        return [Reservation._from_entry(entry, self._ledger) for entry in entries]

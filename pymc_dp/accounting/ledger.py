@@ -322,9 +322,35 @@ class Ledger:
         BudgetExceededError
             If the reservation would exceed the dataset's budget; nothing is recorded.
         """
-        k = check_int(iterations, "iterations", minimum=1)
+        return self.reserve_parts(
+            dataset, [(cost, iterations)], mechanism=mechanism, chain=chain, chains=chains
+        )[0]
+
+    def reserve_parts(
+        self,
+        dataset: str,
+        parts: list[tuple[PrivacyCost, int]],
+        *,
+        mechanism: str,
+        chain: int | None,
+        chains: int,
+    ) -> list[LedgerEntry]:
+        """Atomically check and record several reservations: all of them, or none.
+
+        One row per ``(cost, iterations)`` part, in order (a chain whose cost changes along
+        the way, e.g. a decreasing step-size schedule, reserves one part per stage). Every row
+        of the group stores the ε of all reservations up to and including the whole group.
+
+        Raises
+        ------
+        BudgetExceededError
+            If the parts would exceed the dataset's budget; nothing is recorded.
+        """
+        if not parts:
+            raise InvalidParameterError("reserve_parts needs at least one (cost, iterations).")
+        parts = [(cost, check_int(k, "iterations", minimum=1)) for cost, k in parts]
         refused: list[tuple[PrivacyCost, int]] | None = None
-        entry: LedgerEntry | None = None
+        entries: list[LedgerEntry] = []
         with self._write() as conn:
             row = conn.execute(
                 "SELECT epsilon, delta FROM datasets WHERE name = ?", (dataset,)
@@ -335,53 +361,63 @@ class Ledger:
                 )
             epsilon, delta = float(row[0]), float(row[1])
             existing = [(e.cost, e.iterations) for e in self._entries(conn, dataset)]
-            spending = [*existing, (cost, k)]
+            spending = [*existing, *parts]
             if not composition_fits(spending, epsilon, delta):
                 refused = existing  # nothing is written; the lock is released before reporting
             else:
                 eps_total, method = compose_epsilon(spending, delta)
-                mu = cost.gaussian_mu()
-                cur = conn.execute(
-                    "INSERT INTO reservations(dataset, created, mechanism, chain, chains, "
-                    "iterations, cost, mu, epsilon_total, method, spent, pid, host) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
-                    (
-                        dataset,
-                        _now(),
-                        mechanism,
-                        chain,
-                        chains,
-                        k,
-                        json.dumps(cost.to_record(), sort_keys=True),
-                        None if mu is None else k * mu,
-                        eps_total,
-                        method,
-                        os.getpid(),
-                        socket.gethostname(),
-                    ),
-                )
-                entry = self._row_to_entry(
-                    conn.execute(
-                        f"SELECT {self._COLUMNS} FROM reservations WHERE id = ?", (cur.lastrowid,)
-                    ).fetchone()
-                )
+                for cost, k in parts:
+                    mu = cost.gaussian_mu()
+                    cur = conn.execute(
+                        "INSERT INTO reservations(dataset, created, mechanism, chain, chains, "
+                        "iterations, cost, mu, epsilon_total, method, spent, pid, host) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
+                        (
+                            dataset,
+                            _now(),
+                            mechanism,
+                            chain,
+                            chains,
+                            k,
+                            json.dumps(cost.to_record(), sort_keys=True),
+                            None if mu is None else k * mu,
+                            eps_total,
+                            method,
+                            os.getpid(),
+                            socket.gethostname(),
+                        ),
+                    )
+                    entries.append(
+                        self._row_to_entry(
+                            conn.execute(
+                                f"SELECT {self._COLUMNS} FROM reservations WHERE id = ?",
+                                (cur.lastrowid,),
+                            ).fetchone()
+                        )
+                    )
         if refused is not None:
-            still = max_iterations(refused, cost, epsilon, delta)
             spent = compose_epsilon(refused, delta)[0] if refused else 0.0
-            left = (
-                f"only {still} iterations of this cost still fit"
-                if still
-                else "nothing more fits: not one iteration of this cost"
-            )
+            if len(parts) == 1:
+                cost, k = parts[0]
+                still = max_iterations(refused, cost, epsilon, delta)
+                left = (
+                    f"only {still} iterations of this cost still fit"
+                    if still
+                    else "nothing more fits: not one iteration of this cost"
+                )
+                what = f"{k} iterations of {cost.describe()}"
+            else:
+                total = sum(k for _, k in parts)
+                what = f"{total} iterations in {len(parts)} stages of decreasing cost"
+                left = "the stages together do not fit"
             raise BudgetExceededError(
-                f"reserving {k} iterations of {cost.describe()} for {mechanism} on dataset "
+                f"reserving {what} for {mechanism} on dataset "
                 f"{dataset!r} would exceed its budget (epsilon={epsilon:g}, delta={delta:g}), "
                 f"of which epsilon={spent:.4g} is already reserved; {left}. Nothing was read "
                 "and nothing was recorded: run fewer iterations (or chains), add more noise, "
                 "or start from a larger budget."
             )
-        assert entry is not None
-        return entry
+        return entries
 
     def record_progress(self, reservation_id: int, spent: int) -> None:
         """Store how many iterations of a reservation have run (reporting only)."""

@@ -39,7 +39,8 @@ from rich.table import Column
 
 from pymc_dp._compat import chain_setup_from_caller
 from pymc_dp.accounting import PrivacyBudget, compose, gaussian_epsilon
-from pymc_dp.accounting.costs import PrivacyCost
+from pymc_dp.accounting._search import largest_fitting
+from pymc_dp.accounting.costs import PrivacyCost, compose_epsilon
 from pymc_dp.errors import (
     BudgetExceededError,
     InvalidParameterError,
@@ -244,6 +245,22 @@ class DPStep(BlockedStep):
                 "step.prepare(chains=...) (pymc_dp.sample and step.sampling_kwargs do)."
             )
         return compose(*self._events())
+
+    @property
+    def uniform_cost(self) -> bool:
+        """Whether every iteration costs :attr:`cost` (false under a step-size schedule, whose
+        later iterations cost less: :meth:`chain_spending`)."""
+        return True
+
+    def chain_spending(self, first: int, last: int) -> list[tuple[PrivacyCost, int]]:
+        """The cost of a chain's iterations ``first, …, last − 1``: ``(cost, iterations)`` pairs.
+
+        One pair per stage of constant cost, in order; a step whose iterations all cost
+        :attr:`cost` has one. This is what a chain reserves in the ledger and what its
+        ``epsilon_spent`` composes.
+        """
+        count = int(last) - int(first)
+        return [(self.cost, count)] if count > 0 else []
 
     # ---------------------------------------------------------------- automatic settings
 
@@ -473,7 +490,7 @@ class DPStep(BlockedStep):
         # tests and research mixes the noise seed with this chain's public generator state).
         self._channel.start_chain(NoiseSource.for_chain(self._noise_seed, self.rng))
         self._last_logprior: tuple[np.ndarray, float] | None = None
-        self._reservation = None
+        self._reservations: list = []  # the chain's ledger reservations, oldest first
         self._reserved = 0
         self._iteration = 0
         self._reset_adaptation()
@@ -491,12 +508,13 @@ class DPStep(BlockedStep):
         many; otherwise blocks of up to ``_RESERVATION_BLOCK``, never more than fits.
         """
         planned = self._planned_iterations
-        if planned is not None and self._reserved == 0:
+        start = self._reserved
+        if planned is not None and start == 0:
             wanted = planned
-        elif self.budget.fits(self.cost, _RESERVATION_BLOCK):  # one check, no search
-            wanted = _RESERVATION_BLOCK
+        elif self.budget.fits_spending(self.chain_spending(start, start + _RESERVATION_BLOCK)):
+            wanted = _RESERVATION_BLOCK  # one check, no search
         else:
-            wanted = self.budget.iterations(self.cost)
+            wanted = self._iterations_that_fit(start)
         if wanted < 1:
             raise BudgetExceededError(
                 f"{self.budget.spent_summary()}; not one more iteration of "
@@ -504,9 +522,30 @@ class DPStep(BlockedStep):
                 "was read; the draws so far are all this budget buys. Plan runs with "
                 "pymc_dp.sample or step.sampling_kwargs(chains=...)."
             )
-        self._reservation = self.budget.reserve(self.cost, wanted, mechanism=type(self).__name__)
-        self.counter.allow(self.cost, wanted)
+        parts = self.chain_spending(start, start + wanted)
+        name = type(self).__name__
+        if len(parts) == 1:
+            self._reservations.append(self.budget.reserve(*parts[0], mechanism=name))
+        else:  # one atomic transaction for all the stages
+            self._reservations.extend(self.budget.reserve_parts(parts, mechanism=name))
+        for cost, count in parts:
+            self.counter.allow(cost, count)
         self._reserved += wanted
+
+    def _iterations_that_fit(self, start: int) -> int:
+        """How many more iterations from this chain's iteration ``start`` the budget allows."""
+        if self.uniform_cost:
+            return self.budget.iterations(self.cost)
+        return largest_fitting(
+            lambda k: self.budget.fits_spending(self.chain_spending(start, start + k)),
+            _RESERVATION_BLOCK,
+        )
+
+    def _spend_iteration(self) -> None:
+        """Record one iteration against the chain's oldest reservation that has room."""
+        while self._reservations[0].remaining == 0:
+            self._reservations.pop(0)
+        self._reservations[0].spend(1)
 
     # ---------------------------------------------------------------- PyMC step
 
@@ -528,7 +567,7 @@ class DPStep(BlockedStep):
             self._reserve()
         new_theta, stats = self._iterate(theta)
         self._iteration += 1
-        self._reservation.spend(1)
+        self._spend_iteration()
         stats.update(self._spent(self._iteration))
         stats = {name: stats[name] for name in self.stats_dtypes_shapes}  # drops the non-private
         return {**point, **self.space.unravel(new_theta)}, [stats]
@@ -616,16 +655,22 @@ class DPStep(BlockedStep):
         """What the accountant charges this chain after ``iterations`` (its ``μ`` and ε at δ).
 
         Every iteration costs its full ``μ``, even one that made fewer releases (a diverging
-        DP-HMC trajectory stops early). A cost that is not a plain Gaussian (a subsampled
-        release) has no ``μ``; its ε is composed numerically (about 0.2 s per evaluation), so it
-        is evaluated only at powers of two and at the chain's reservation, and iteration ``k``
-        reports the value at the next such point: an upper bound (ε grows with ``k``) that is
-        exact at the end of a planned chain.
+        DP-HMC trajectory stops early); under a step-size schedule the chain's iterations are
+        composed stage by stage (:meth:`chain_spending`). A cost that is not a plain Gaussian
+        (a subsampled release) has no ``μ``; its ε is composed numerically (about 0.2 s per
+        evaluation, more with many stages), so it is evaluated only at powers of two and at
+        the chain's reservation, and iteration ``k`` reports the value at the next such point:
+        an upper bound (ε grows with ``k``) that is exact at the end of a planned chain.
         """
-        mu_per_iteration = self.cost.gaussian_mu()
-        if mu_per_iteration is None:
+        if self.uniform_cost:
+            mu_per_iteration = self.cost.gaussian_mu()
+            mu = None if mu_per_iteration is None else iterations * mu_per_iteration
+        else:
+            parts = [(c.gaussian_mu(), k) for c, k in self.chain_spending(0, iterations)]
+            gaussian = all(m is not None for m, _ in parts)
+            mu = sum(m * k for m, k in parts) if gaussian else None
+        if mu is None:
             return {"epsilon_spent": self._epsilon_at_most(iterations)}
-        mu = iterations * mu_per_iteration
         epsilon = float(gaussian_epsilon(self.budget.delta, mu)) if mu > 0 else 0.0
         return {"mu_spent": mu, "epsilon_spent": epsilon}
 
@@ -635,7 +680,11 @@ class DPStep(BlockedStep):
         point = min(1 << (iterations - 1).bit_length(), max(self._reserved, iterations))
         key = (self.cost, self.budget.delta, point)
         if key not in self._epsilon_points:
-            self._epsilon_points[key] = float(self.cost.epsilon(self.budget.delta, point))
+            if self.uniform_cost:
+                epsilon = self.cost.epsilon(self.budget.delta, point)
+            else:
+                epsilon = compose_epsilon(self.chain_spending(0, point), self.budget.delta)[0]
+            self._epsilon_points[key] = float(epsilon)
         return self._epsilon_points[key]
 
     def _drop_stats(self, *names: str) -> None:
