@@ -151,15 +151,16 @@ class BarkerCorrection:
 
     def sample(
         self,
-        generator: np.random.Generator,
+        generator: Any,
         size: int | tuple[int, ...] | None = None,
     ) -> float | NDArray[np.float64]:
         """Draw ``V_corr``: component ``J ~ Categorical(w)``, then ``m_J + s_J · Z``.
 
         Parameters
         ----------
-        generator : numpy.random.Generator
-            The only source of randomness used (pass the DP noise generator).
+        generator : numpy.random.Generator or pymc_dp.noise.NoiseSource
+            The only source of randomness used (pass the DP noise source): anything with
+            ``choice(a, size, p=...)`` and ``standard_normal(size)``.
         size : int or tuple of int, optional
             Output shape; ``None`` returns a single float.
 

@@ -314,7 +314,7 @@ class LLRRelease(_NoisySum):
         t = self.temperature
         sigma = self.noise_multiplier * 2.0 * t * bound
         return Release(
-            t * clipped.value + self.channel.noise.normal(sigma), sigma, clipped.n_clipped
+            self.channel.noise.release(t * clipped.value, sigma), sigma, clipped.n_clipped
         )
 
 
@@ -362,11 +362,12 @@ class GradientRelease(_NoisySum):
             theta, self.grad_clip, count_clipped=self.count_clipped, precond=self.precond
         )
         sigma = self.noise_multiplier * 2.0 * self.grad_clip
-        noise = self.channel.noise.normal(sigma, clipped.value.shape[0])
-        if self.precond is not None:
-            noise = noise / self.precond
         t = self.temperature
-        return Release(t * (clipped.value + noise), t * sigma, clipped.n_clipped)
+        if self.precond is None:
+            value = self.channel.noise.release(clipped.value, sigma)
+        else:  # the Gaussian mechanism D G_D + N(0, σ² I), then D⁻¹ (post-processing)
+            value = self.channel.noise.release(self.precond * clipped.value, sigma) / self.precond
+        return Release(t * value, t * sigma, clipped.n_clipped)
 
 
 class GradNormHistogram(Mechanism):
@@ -433,7 +434,7 @@ class GradNormHistogram(Mechanism):
         self._record()  # checked against the reservation before the data are read
         counts = self._oracle.grad_norm_counts(theta, self.edges, self.directions, self.precond)
         sigma = self.noise_multiplier * self.sensitivity
-        return Release(counts + self.channel.noise.normal(sigma, counts.size), sigma, None)
+        return Release(self.channel.noise.release(counts, sigma), sigma, None)
 
 
 def check_batch_rows(batch_size: int, n_rows: int) -> None:
@@ -539,10 +540,9 @@ class MinibatchLLRRelease(_NoisySum):
         sigma = self.noise_multiplier * minibatch_llr_sensitivity(
             bound, batch_size=b, n_rows=n, temperature=t
         )
-        value = estimate + self.channel.noise.normal(sigma)
         if self.variance_correction:
-            value -= 0.5 * batch_variance
-        return Release(value, sigma, n_clipped)
+            estimate -= 0.5 * batch_variance
+        return Release(self.channel.noise.release(estimate, sigma), sigma, n_clipped)
 
 
 class MinibatchGradientRelease(Mechanism):
@@ -596,8 +596,7 @@ class MinibatchGradientRelease(Mechanism):
             theta, self.grad_clip, rows, count_clipped=self.count_clipped
         )
         sigma = self.noise_std
-        noise = self.channel.noise.normal(sigma, clipped.value.shape[0])
-        return Release(clipped.value + noise, sigma, clipped.n_clipped)
+        return Release(self.channel.noise.release(clipped.value, sigma), sigma, clipped.n_clipped)
 
 
 class BarkerTest(Mechanism):
@@ -654,5 +653,5 @@ class BarkerTest(Mechanism):
                 f"The batch variance exceeds the normal variance C = {total} that the Barker "
                 "test corrects; the test cannot be made exact. Use a larger batch_size."
             )
-        extra = noise.normal(np.sqrt(total - variance)) + self.correction.sample(noise.generator)
+        extra = noise.normal(np.sqrt(total - variance)) + self.correction.sample(noise)
         return BarkerDecision(bool(lam + extra > 0), variance, n_clipped)

@@ -1,20 +1,107 @@
 """The secret noise source: where DP noise and secret minibatch choices come from (theory §2).
 
-Noise comes from a generator of its own seeded from OS entropy by default and never from the
-user's ``random_seed``: an adversary who knows the noise seed can subtract the noise. A fixed
-``noise_rng`` makes the noise reproducible for tests and research runs; that choice is recorded
-(:attr:`NoiseSource.reproducible`) and reported with the release.
+Noise never comes from the user's ``random_seed``: an adversary who knows the noise seed can
+subtract the noise. Two kinds of source exist (docs: security.md):
 
-NumPy only: kernels and mechanisms import this module without importing PyMC.
+* **Secure** (the default). Random bits from the operating system's cryptographically secure
+  generator (:func:`os.urandom`, the kernel's CSPRNG). A Gaussian draw uses 128 of them: one
+  sign bit and a uniform ``u`` on ``(0, ½)`` with 127 bits, so ``u`` has full *relative*
+  precision (53 bits) down to ``2⁻⁷⁶``; the draw is ``±Φ⁻¹(u)`` (inverse CDF, SciPy's
+  ``ndtri``). Its error against an exact Gaussian draw is below ``10⁻¹⁴ · max(1, |Z|)``
+  everywhere, including the tails (Box–Muller from 53-bit uniforms stops at 8.6 sd; the
+  ziggurat's resolution is coarser). Every continuous release is then **snapped** to a
+  public grid (:meth:`NoiseSource.release`, the floating-point mitigation against Mironov's
+  attack on the low-order bits of ``x + noise``).
+* **Fast** (``secure=False``, research only). NumPy's PCG64 seeded from OS entropy, no
+  snapping: what pymc_dp did before. It is recorded in the privacy metadata and flagged first
+  by :func:`~pymc_dp.privacy_report`.
+
+A fixed ``seed`` makes either kind reproducible (tests and research; also flagged): the secure
+kind then draws its bits from BLAKE2b in counter mode keyed by the seed, so the same code path
+(inverse CDF, snapping, rejection sampling of rows) runs as with OS entropy.
+
+NumPy and SciPy only: kernels and mechanisms import this module without importing PyMC.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+import os
 
 import numpy as np
+from numpy.typing import NDArray
+from scipy.special import ndtri
 
-__all__ = ["NoiseSource"]
+__all__ = ["GRID_BITS", "NoiseSource", "snapping_grid"]
+
+#: A release with noise sd ``σ`` is snapped to multiples of ``2^(⌊log₂ σ⌋ − GRID_BITS)``.
+GRID_BITS = 8
+_TWO64 = 2.0**64
+_TWO128 = 2.0**128
+_BLOCK = 65536  # bytes fetched from the bit source at a time
+
+
+def snapping_grid(scale: float | NDArray[np.float64]) -> float | NDArray[np.float64]:
+    """The public grid of a release with noise sd ``scale``: ``g = 2^(⌊log₂ σ⌋ − GRID_BITS)``.
+
+    ``σ/512 < g ≤ σ/256``. It depends on ``σ`` only (public), never on the value released.
+    """
+    exponent = np.floor(np.log2(scale)) - GRID_BITS
+    return (
+        np.ldexp(1.0, exponent.astype(int)) if np.ndim(exponent) else math.ldexp(1.0, int(exponent))
+    )
+
+
+class _OSBits:
+    """Bytes from the operating system's CSPRNG, fetched in blocks."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._offset = 0
+
+    def take(self, n: int) -> bytes:
+        if self._offset + n > len(self._buffer):
+            self._buffer = self._buffer[self._offset :] + os.urandom(max(_BLOCK, n))
+            self._offset = 0
+        start = self._offset
+        self._offset += n
+        return self._buffer[start : self._offset]
+
+    @property
+    def state(self) -> None:
+        return None
+
+
+class _KeyedBits:
+    """A reproducible cryptographic stream: BLAKE2b(key, counter) blocks of 64 bytes."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self._counter = 0
+        self._buffer = b""
+
+    def take(self, n: int) -> bytes:
+        blocks = []
+        have = len(self._buffer)
+        while have < n:
+            block = hashlib.blake2b(
+                self._counter.to_bytes(16, "little"), key=self._key, digest_size=64
+            ).digest()
+            self._counter += 1
+            blocks.append(block)
+            have += 64
+        buffer = self._buffer + b"".join(blocks)
+        out, self._buffer = buffer[:n], buffer[n:]
+        return out
+
+    @property
+    def state(self) -> tuple[int, bytes]:
+        return (self._counter, self._buffer)
+
+    @state.setter
+    def state(self, value: tuple[int, bytes]) -> None:
+        self._counter, self._buffer = int(value[0]), bytes(value[1])
 
 
 class NoiseSource:
@@ -26,18 +113,35 @@ class NoiseSource:
         ``None`` (default): fresh OS entropy — the only private choice. An integer or seed
         sequence makes the noise reproducible (tests, research), which :attr:`reproducible`
         records.
+    secure : bool
+        ``True`` (default): cryptographic bits, inverse-CDF Gaussians and snapped releases
+        (module docstring). ``False``: NumPy's PCG64 and no snapping (research only).
     """
 
-    def __init__(self, seed: int | np.random.SeedSequence | None = None) -> None:
+    def __init__(
+        self, seed: int | np.random.SeedSequence | None = None, *, secure: bool = True
+    ) -> None:
         self.reproducible = seed is not None
+        self.secure = bool(secure)
         if isinstance(seed, np.random.SeedSequence):
             self._seq = seed
         else:
             self._seq = np.random.SeedSequence(seed)
-        self.generator = np.random.Generator(np.random.PCG64(self._seq))
+        if self.secure:
+            if self.reproducible:
+                key = self._seq.generate_state(8, np.uint32).tobytes()
+                self._bits: _OSBits | _KeyedBits | None = _KeyedBits(key)
+            else:
+                self._bits = _OSBits()
+            self._pcg = None
+        else:
+            self._bits = None
+            self._pcg = np.random.Generator(np.random.PCG64(self._seq))
 
     @classmethod
-    def for_chain(cls, seed: int | None, public_rng: np.random.Generator) -> NoiseSource:
+    def for_chain(
+        cls, seed: int | None, public_rng: np.random.Generator, *, secure: bool = True
+    ) -> NoiseSource:
         """The noise source of one chain.
 
         ``seed=None``: fresh OS entropy, whatever the public generator (the private choice).
@@ -45,28 +149,127 @@ class NoiseSource:
         generator state, so that chains seeded differently by PyMC get different noise.
         """
         if seed is None:
-            return cls()
+            return cls(secure=secure)
         digest = hashlib.sha256(repr(public_rng.bit_generator.state).encode()).digest()
         words = np.frombuffer(digest, dtype=np.uint32).tolist()
-        return cls(np.random.SeedSequence([int(seed), *words]))
+        return cls(np.random.SeedSequence([int(seed), *words]), secure=secure)
 
     def spawn(self, n: int) -> list[NoiseSource]:
         """Independent child sources (one per chain), reproducible iff this one is."""
         children = []
         for seq in self._seq.spawn(n):
-            child = NoiseSource(seq)
-            child.reproducible = self.reproducible
+            child = NoiseSource(seq if self.reproducible else None, secure=self.secure)
             children.append(child)
         return children
 
+    # ------------------------------------------------------------------ state (seeded only)
+
+    @property
+    def state(self) -> object:
+        """The generator's state when reproducible (to restore a chain), else ``None``."""
+        if not self.reproducible:
+            return None
+        if self._pcg is not None:
+            return self._pcg.bit_generator.state
+        return self._bits.state
+
+    @state.setter
+    def state(self, value: object) -> None:
+        if not self.reproducible:
+            return
+        if self._pcg is not None:
+            self._pcg.bit_generator.state = value
+        else:
+            self._bits.state = value
+
+    # ------------------------------------------------------------------ draws
+
+    def _uint64(self, k: int) -> NDArray[np.uint64]:
+        return np.frombuffer(self._bits.take(8 * k), dtype="<u8").astype(np.uint64)
+
+    def standard_normal(self, size: int | tuple[int, ...] | None = None) -> float | NDArray:
+        """``N(0, 1)`` draws (inverse CDF of a 127-bit uniform and a sign bit when secure)."""
+        if self._pcg is not None:
+            return self._pcg.standard_normal(size)
+        k = 1 if size is None else int(np.prod(size))
+        words = self._uint64(2 * k)
+        hi, lo = words[0::2], words[1::2]
+        negative = (hi >> np.uint64(63)).astype(bool)
+        magnitude = hi & np.uint64(0x7FFFFFFFFFFFFFFF)
+        # u = (K + ½) / 2¹²⁸ for K uniform on [0, 2¹²⁷): on (0, ½), full relative precision
+        u = magnitude.astype(float) / _TWO64 + (lo.astype(float) + 0.5) / _TWO128
+        z = -ndtri(u)  # ≥ 0
+        z = np.where(negative, -z, z)
+        return float(z[0]) if size is None else z.reshape(size)
+
     def normal(self, scale: float | np.ndarray, size: int | None = None) -> float | np.ndarray:
-        """Draw ``N(0, scale²)`` noise."""
-        return self.generator.normal(0.0, scale, size)
+        """Draw ``N(0, scale²)`` noise (not snapped: use :meth:`release` for a release)."""
+        return (
+            scale * self.standard_normal(size)
+            if size is not None
+            else (float(scale * self.standard_normal()))
+        )
+
+    def random(self, size: int | None = None) -> float | NDArray[np.float64]:
+        """Uniform draws on ``(0, 1)`` (53 bits)."""
+        if self._pcg is not None:
+            return self._pcg.random(size)
+        k = 1 if size is None else int(size)
+        u = ((self._uint64(k) >> np.uint64(11)).astype(float) + 0.5) / 2.0**53
+        return float(u[0]) if size is None else u
+
+    def choice(
+        self, a: int, size: int | None = None, *, p: NDArray[np.float64]
+    ) -> int | NDArray[np.int64]:
+        """Categorical draws on ``0..a-1`` with probabilities ``p`` (inverse CDF)."""
+        if self._pcg is not None:
+            return self._pcg.choice(a, size=size, p=p)
+        cumulative = np.cumsum(p)
+        cumulative /= cumulative[-1]
+        index = np.minimum(np.searchsorted(cumulative, self.random(size), side="right"), a - 1)
+        return int(index) if size is None else index
+
+    def release(self, value: float | np.ndarray, scale: float) -> float | NDArray[np.float64]:
+        """The Gaussian mechanism's output ``value + N(0, scale² I)``, snapped when secure.
+
+        Secure: ``round((value + σZ) / g) · g`` with the public grid ``g`` of
+        :func:`snapping_grid` — a deterministic function of the exact sum (IEEE addition is
+        correctly rounded), so its privacy is that of the Gaussian mechanism up to the draw's
+        own error: each output's probability is within a factor ``1 ± η`` of the ideal one,
+        ``η ≤ 2 · 10⁻¹⁴ · max(1, |Z|) / (g/σ) < 10⁻¹⁰`` (docs: security.md). The rounding
+        adds at most ``g/2 ≤ σ/512`` to the noise.
+        """
+        shape = np.shape(value)
+        noisy = value + (
+            self.normal(scale, int(np.prod(shape))).reshape(shape) if shape else self.normal(scale)
+        )
+        if not self.secure or scale == 0.0:
+            return noisy
+        grid = snapping_grid(scale)
+        snapped = np.round(np.asarray(noisy) / grid) * grid
+        return snapped if shape else float(snapped)
 
     def rows(self, n: int, size: int) -> np.ndarray:
         """A secret batch: ``size`` of ``n`` row indices drawn uniformly without replacement."""
-        return self.generator.choice(n, size=size, replace=False)
+        if self._pcg is not None:
+            return self._pcg.choice(n, size=size, replace=False)
+        if 4 * size > n:
+            # uniform keys, the `size` smallest: a uniform subset (ties have probability < n²/2⁶⁴)
+            keys = self._uint64(n)
+            return np.sort(np.argpartition(keys, size - 1)[:size])
+        # x mod n of 64-bit words below the largest multiple of n (exactly uniform), then
+        # sequential rejection of repeated indices: a uniform subset
+        limit = np.uint64((2**64 // n) * n - 1)
+        chosen = np.empty(0, dtype=np.int64)
+        while chosen.size < size:
+            words = self._uint64(size - chosen.size + 16)
+            candidates = (words[words <= limit] % np.uint64(n)).astype(np.int64)
+            sequence = np.concatenate([chosen, candidates])
+            _, first = np.unique(sequence, return_index=True)
+            chosen = sequence[np.sort(first)][:size]
+        return chosen
 
     def __repr__(self) -> str:
         kind = "reproducible (seeded)" if self.reproducible else "OS entropy"
-        return f"NoiseSource({kind})"
+        generator = "secure" if self.secure else "fast, not secure"
+        return f"NoiseSource({kind}, {generator})"

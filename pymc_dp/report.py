@@ -264,8 +264,9 @@ def _refuse_unknown(idata: Any, groups: tuple[str, ...], allowed: set[str], why:
 def privacy_report(idata: az.InferenceData, *, show: bool = True) -> dict[str, Any]:
     """Print a human summary of the privacy metadata in ``idata`` and return it as a dict.
 
-    Warnings come first: a release with non-private diagnostics is not differentially private,
-    and reproducible (seeded) DP noise is for tests and research only.
+    Warnings come first: fast research noise (``secure_noise=False``), then non-private
+    diagnostics (the release is not differentially private), then reproducible (seeded) DP
+    noise, which is for tests and research only.
     """
     source = None
     for group in ("posterior", "sample_stats"):
@@ -279,6 +280,11 @@ def privacy_report(idata: az.InferenceData, *, show: bool = True) -> dict[str, A
         )
     meta = {k: _plain(v) for k, v in source.items() if k.startswith("dp_")}
     lines = []
+    if meta.get("dp_secure_noise") == 0:
+        lines.append(
+            "NOT SECURE: fast research noise (secure_noise=False: NumPy's PCG64, releases not "
+            "snapped); do not publish this release."
+        )
     if meta.get("dp_nonprivate_diagnostics"):
         lines.append("NOT DIFFERENTIALLY PRIVATE: this release contains non-private diagnostics.")
     if meta.get("dp_noise_reproducible"):

@@ -55,6 +55,11 @@ class DPBarker(DPStep):
         ``C``, the total normal variance of the test; only ``C = 2`` has a privacy proof.
     noise_rng : int, optional
         Seed for reproducible noise and batches (tests, research). Default: OS entropy.
+    secure_noise : bool
+        Default True: DP noise and secret batches from the operating system's cryptographic
+        generator, each release snapped to a public grid (docs: security). ``False`` is a fast
+        research mode (NumPy's PCG64, no snapping), recorded in the metadata and flagged by
+        :func:`~pymc_dp.privacy_report`.
     nonprivate_diagnostics : bool
         Also store per iteration the share of batch ratios clipped and the batch variance
         ``σ_b²`` (computed without noise: the release is then **not** DP).
@@ -85,6 +90,7 @@ class DPBarker(DPStep):
         target_accept: float = _TARGET_ACCEPT,
         model: Any = None,
         noise_rng: int | None = None,
+        secure_noise: bool = True,
         row_data: Any = None,
         nonprivate_diagnostics: bool = False,
         blocked: bool = True,
@@ -104,6 +110,7 @@ class DPBarker(DPStep):
             budget=budget,
             model=model,
             noise_rng=noise_rng,
+            secure_noise=secure_noise,
             row_data=row_data,
             nonprivate_diagnostics=nonprivate_diagnostics,
             blocked=blocked,

@@ -114,6 +114,7 @@ class DPStep(BlockedStep):
             "nonprivate_diagnostics",
             "noise_reproducible",
             "_noise_seed",
+            "secure_noise",
             "init_share",
             "_private_start",
         }
@@ -166,6 +167,7 @@ class DPStep(BlockedStep):
         budget: PrivacyBudget,
         model: pm.Model | None = None,
         noise_rng: int | None = None,
+        secure_noise: bool = True,
         row_data: Any = None,
         nonprivate_diagnostics: bool = False,
         blocked: bool = True,
@@ -216,6 +218,7 @@ class DPStep(BlockedStep):
             self.stats_dtypes = [{name: dtype for name, (dtype, _) in shapes.items()}]
         self.noise_reproducible = noise_rng is not None
         self._noise_seed = noise_rng
+        self.secure_noise = check_flag(secure_noise, "secure_noise")
         if init_share is not None and init_share != 0:
             init_share = check_fraction(init_share, "init_share")
         self.init_share = init_share
@@ -319,7 +322,9 @@ class DPStep(BlockedStep):
         start = None
         share = DEFAULT_INIT_SHARE if self.init_share is None else self.init_share
         if share:
-            self._channel.start_chain(NoiseSource.for_chain(self._noise_seed, self.rng))
+            self._channel.start_chain(
+                NoiseSource.for_chain(self._noise_seed, self.rng, secure=self.secure_noise)
+            )
             theta0 = self.space.ravel(self._channel.model.initial_point())
             start = private_initialization(
                 self._channel,
@@ -488,7 +493,9 @@ class DPStep(BlockedStep):
     def _setup_chain(self) -> None:
         # Secret noise from OS entropy, never derived from random_seed (reproducible noise for
         # tests and research mixes the noise seed with this chain's public generator state).
-        self._channel.start_chain(NoiseSource.for_chain(self._noise_seed, self.rng))
+        self._channel.start_chain(
+            NoiseSource.for_chain(self._noise_seed, self.rng, secure=self.secure_noise)
+        )
         self._last_logprior: tuple[np.ndarray, float] | None = None
         self._reservations: list = []  # the chain's ledger reservations, oldest first
         self._reserved = 0
@@ -607,9 +614,7 @@ class DPStep(BlockedStep):
             rng=get_state_from_generator(self.rng),
             tune=bool(self.tune),
             public={name: copy.deepcopy(getattr(self, name)) for name in self._chain_state},
-            noise=copy.deepcopy(noise.generator.bit_generator.state)
-            if noise.reproducible
-            else None,
+            noise=copy.deepcopy(noise.state) if noise.reproducible else None,
         )
 
     @sampling_state.setter
@@ -630,7 +635,7 @@ class DPStep(BlockedStep):
             if name in self._chain_state:
                 setattr(self, name, copy.deepcopy(value))
         if state.noise is not None and self.noise.reproducible:
-            self.noise.generator.bit_generator.state = copy.deepcopy(state.noise)
+            self.noise.state = copy.deepcopy(state.noise)
 
     # ---------------------------------------------------------------- progress bar
 
@@ -702,6 +707,7 @@ class DPStep(BlockedStep):
             "dp_neighbouring_relation": "substitute one row",
             "dp_n_rows": self._channel.n_rows,
             "dp_noise_reproducible": int(self.noise_reproducible),
+            "dp_secure_noise": int(self.secure_noise),
             "dp_nonprivate_diagnostics": int(self.nonprivate_diagnostics),
             "dp_iterations_this_chain": self._iteration,
             "dp_epsilon_this_chain": self._spent(self._iteration)["epsilon_spent"],

@@ -103,6 +103,11 @@ class DPHMC(DPStep):
         §7). Default 0.1 when a setting is automatic; 0 turns it off.
     noise_rng : int, optional
         Seed for reproducible DP noise (tests, research). Default: OS entropy.
+    secure_noise : bool
+        Default True: DP noise and secret batches from the operating system's cryptographic
+        generator, each release snapped to a public grid (docs: security). ``False`` is a fast
+        research mode (NumPy's PCG64, no snapping), recorded in the metadata and flagged by
+        :func:`~pymc_dp.privacy_report`.
     nonprivate_diagnostics : bool
         Also store, per iteration, the share of per-row gradients clipped (over the
         iteration's gradient releases) and of ratios clipped. Computed from the data without
@@ -159,6 +164,7 @@ class DPHMC(DPStep):
         init_share: float | None = None,
         model: Any = None,
         noise_rng: int | None = None,
+        secure_noise: bool = True,
         row_data: Any = None,
         nonprivate_diagnostics: bool = False,
         blocked: bool = True,
@@ -211,6 +217,7 @@ class DPHMC(DPStep):
             budget=budget,
             model=model,
             noise_rng=noise_rng,
+            secure_noise=secure_noise,
             row_data=row_data,
             nonprivate_diagnostics=nonprivate_diagnostics,
             blocked=blocked,

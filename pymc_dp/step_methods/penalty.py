@@ -104,6 +104,11 @@ class DPPenalty(DPStep):
         off (every setting must then be given).
     noise_rng : int, optional
         Seed for reproducible DP noise (tests, research). Default: OS entropy.
+    secure_noise : bool
+        Default True: DP noise and secret batches from the operating system's cryptographic
+        generator, each release snapped to a public grid (docs: security). ``False`` is a fast
+        research mode (NumPy's PCG64, no snapping), recorded in the metadata and flagged by
+        :func:`~pymc_dp.privacy_report`.
     nonprivate_diagnostics : bool
         Also store ``llr_clipped_fraction`` (share of rows, or of the batch, whose ratio was
         clipped) per iteration. Computed from the data without noise: the release is then
@@ -139,6 +144,7 @@ class DPPenalty(DPStep):
         init_share: float | None = None,
         model: Any = None,
         noise_rng: int | None = None,
+        secure_noise: bool = True,
         row_data: Any = None,
         nonprivate_diagnostics: bool = False,
         blocked: bool = True,
@@ -182,6 +188,7 @@ class DPPenalty(DPStep):
             budget=budget,
             model=model,
             noise_rng=noise_rng,
+            secure_noise=secure_noise,
             row_data=row_data,
             nonprivate_diagnostics=nonprivate_diagnostics,
             blocked=blocked,

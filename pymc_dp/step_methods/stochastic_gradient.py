@@ -72,6 +72,11 @@ _COMMON_PARAMETERS = """
         default none: chains start where PyMC starts them.
     noise_rng : int, optional
         Seed for reproducible DP noise and batches (tests, research). Default: OS entropy.
+    secure_noise : bool
+        Default True: DP noise and secret batches from the operating system's cryptographic
+        generator, each release snapped to a public grid (docs: security). ``False`` is a fast
+        research mode (NumPy's PCG64, no snapping), recorded in the metadata and flagged by
+        :func:`~pymc_dp.privacy_report`.
     nonprivate_diagnostics : bool
         Also store ``grad_clipped_fraction`` (share of batch rows whose gradient was clipped)
         per iteration. Computed without noise: the release is then **not** DP."""
@@ -113,6 +118,7 @@ class _StochasticGradientStep(DPStep):
         init_share: float | None = None,
         model: Any = None,
         noise_rng: int | None = None,
+        secure_noise: bool = True,
         row_data: Any = None,
         nonprivate_diagnostics: bool = False,
         blocked: bool = True,
@@ -128,6 +134,7 @@ class _StochasticGradientStep(DPStep):
             budget=budget,
             model=model,
             noise_rng=noise_rng,
+            secure_noise=secure_noise,
             row_data=row_data,
             nonprivate_diagnostics=nonprivate_diagnostics,
             blocked=blocked,

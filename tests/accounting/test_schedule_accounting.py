@@ -34,7 +34,8 @@ def thesis_sigmas(releases: int) -> list[float]:
 
 
 FAST = [1000, 2000]
-SLOW = [pytest.param(k, marks=pytest.mark.slow) for k in (5000, 10000)]
+# 5000 releases sits between these and costs another minute of CI for no new failure mode
+SLOW = [pytest.param(10000, marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("releases", FAST + SLOW)
@@ -45,7 +46,7 @@ def test_the_thesis_pld_column_is_reproduced_under_its_relation(releases):
     assert round(epsilon, 2) == round(TABLE_6_3[releases][0], 2), epsilon
 
 
-@pytest.mark.parametrize("releases", FAST + SLOW)
+@pytest.mark.parametrize("releases", FAST)
 def test_our_rdp_figure_is_not_below_the_moments_accountant(releases):
     # our relation: the clipped sum moves by 2L under substitution, so z_t = σ_t / 2
     sigmas = [s / 2 for s in thesis_sigmas(releases)]
