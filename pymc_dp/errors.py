@@ -16,6 +16,7 @@ __all__ = [
     "InsufficientDataError",
     "InvalidParameterError",
     "LedgerError",
+    "LedgerTamperedError",
     "ModelNotSupportedError",
     "PrivacyLeakError",
     "PrivacyWarning",
@@ -51,6 +52,10 @@ class BudgetExceededError(PyMCDPError):
 
 class LedgerError(PyMCDPError):
     """The privacy ledger cannot be opened, read or written."""
+
+
+class LedgerTamperedError(LedgerError):
+    """The privacy ledger's hash chain does not match its rows: history was edited or deleted."""
 
 
 class InitialPointError(InvalidParameterError):

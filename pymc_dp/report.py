@@ -106,6 +106,9 @@ def privacy_metadata(step: Any, *, chains: int, tune: int, draws: int) -> dict[s
         dp_draws_per_chain=int(draws),
         dp_iterations_per_chain=iterations,
         dp_budget_epsilon_spent_total=float(budget.report().spent_epsilon),
+        # the ledger's hash-chain head after these reservations: keep it to check later that
+        # the ledger was not rewritten or replaced (Ledger.verify(head=...))
+        dp_ledger_head=budget.ledger_head(),
         dp_version_pymc_dp=_version("pymc-dp"),
         dp_version_pymc=_version("pymc"),
         dp_version_pytensor=_version("pytensor"),
@@ -330,6 +333,7 @@ def privacy_report(idata: az.InferenceData, *, show: bool = True) -> dict[str, A
         "dp_mu_per_iteration",
         "dp_n_rows",
         "dp_neighbouring_relation",
+        "dp_ledger_head",
         *(k for k in meta if k.startswith("dp_phase_")),
     }
     params = ", ".join(f"{k[3:]}={v}" for k, v in meta.items() if k not in skip)

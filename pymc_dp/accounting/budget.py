@@ -391,6 +391,10 @@ class PrivacyBudget:
             f"{self.epsilon_spent():.4g} reserved on its ledger"
         )
 
+    def ledger_head(self) -> str:
+        """The ledger's hash-chain head, ``"<length>:<sha256>"`` (:meth:`Ledger.head`)."""
+        return self._ledger.head()
+
     def history(self) -> list[LedgerEntry]:
         """All reservations on this dataset, oldest first."""
         return self._ledger.entries(self._dataset)

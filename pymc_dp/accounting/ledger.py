@@ -14,19 +14,40 @@ A reservation counts in full from the moment it is committed (reserve first, the
 crash after reserving leaves it counted. Progress recorded with
 :meth:`Reservation.spend` is for reporting only.
 
+Tamper evidence
+---------------
+Every dataset registration and every reservation is a link of one hash chain: its row stores
+``seq`` (its place in the ledger's history) and ``hash = SHA-256(previous hash ‖ the row's
+canonical record)``; ``meta`` stores the chain's length and head. The chain is checked when the
+ledger is opened and inside every write transaction, so a deleted, edited or truncated history
+(``DELETE FROM reservations``, ``UPDATE datasets SET epsilon = 1000``, dropping the last rows)
+raises :class:`~pymc_dp.errors.LedgerTamperedError` before anything more is reserved or read.
+Progress counts (``spent``) are reporting only and not part of the chain.
+
+This is tamper *evidence* against edits that do not rebuild the chain. Someone who rewrites the
+rows and recomputes every hash, or deletes the file (a fresh ledger looks like any new one),
+is not detected from the file alone. The remedy is a copy kept elsewhere:
+:meth:`Ledger.export` appends the chain to a JSON-lines file (append-only; keep it on another
+machine or in version control), :meth:`Ledger.verify` checks that the ledger still extends
+that copy, and every release's privacy metadata carry the head it was made under
+(``dp_ledger_head``), which :meth:`Ledger.verify` also accepts.
+
 Tables
 ------
 ``meta(key, value)``
-    schema version.
-``datasets(name, epsilon, delta, created)``
+    schema version; ``chain_length`` and ``chain_head``.
+``datasets(name, epsilon, delta, created, seq, hash)``
     the (ε, δ) budget of each dataset, stored on first use; a budget with a different (ε, δ)
     for the same dataset is refused.
 ``reservations(id, dataset, created, mechanism, chain, chains, iterations, cost, mu,
-epsilon_total, method, spent, pid, host)``
+epsilon_total, method, spent, pid, host, seq, hash)``
     one row per reservation; ``cost`` is the JSON of the per-iteration cost, ``mu`` the total
     PLD parameter of the reservation when it is Gaussian, ``epsilon_total`` the ε (at the
     dataset's δ) of all reservations up to and including this one, ``method`` how it was
     composed (``gaussian``, ``pld`` or ``rdp``; see :mod:`.costs`).
+
+A ledger of schema version 1 (before the chain) is upgraded in place when opened: its rows as
+found become the start of the chain.
 """
 
 from __future__ import annotations
@@ -34,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -51,11 +73,18 @@ from pymc_dp.accounting.costs import (
     cost_from_record,
     max_iterations,
 )
-from pymc_dp.errors import BudgetExceededError, InvalidParameterError, LedgerError
+from pymc_dp.errors import (
+    BudgetExceededError,
+    InvalidParameterError,
+    LedgerError,
+    LedgerTamperedError,
+)
 
 __all__ = ["Ledger", "LedgerEntry", "Reservation"]
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+#: the hash before the first link of a chain
+GENESIS = "0" * 64
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -63,7 +92,9 @@ CREATE TABLE IF NOT EXISTS datasets (
     name TEXT PRIMARY KEY,
     epsilon REAL NOT NULL,
     delta REAL NOT NULL,
-    created TEXT NOT NULL
+    created TEXT NOT NULL,
+    seq INTEGER,
+    hash TEXT
 );
 CREATE TABLE IF NOT EXISTS reservations (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -79,7 +110,9 @@ CREATE TABLE IF NOT EXISTS reservations (
     method TEXT NOT NULL,
     spent INTEGER NOT NULL DEFAULT 0,
     pid INTEGER,
-    host TEXT
+    host TEXT,
+    seq INTEGER,
+    hash TEXT
 );
 CREATE INDEX IF NOT EXISTS reservations_dataset ON reservations(dataset, id);
 """
@@ -87,6 +120,127 @@ CREATE INDEX IF NOT EXISTS reservations_dataset ON reservations(dataset, id);
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
+
+
+# -- the hash chain ------------------------------------------------------------------------------
+_DATASET_FIELDS = "name, epsilon, delta, created"
+_RESERVATION_FIELDS = (
+    "id, dataset, created, mechanism, chain, chains, iterations, cost, mu, epsilon_total, "
+    "method, pid, host"
+)
+
+
+def _record(kind: str, values: tuple[Any, ...], seq: int) -> str:
+    """A row's canonical record: floats by ``repr`` (exact), everything else as stored."""
+    plain = [repr(v) if isinstance(v, float) else v for v in values]
+    return json.dumps([kind, seq, *plain], separators=(",", ":"))
+
+
+def _link(previous: str, record: str) -> str:
+    return hashlib.sha256(f"{previous}\n{record}".encode()).hexdigest()
+
+
+def _chain_rows(conn: sqlite3.Connection) -> list[tuple[int | None, str | None, str, str]]:
+    """Every link as ``(seq, stored hash, record, what)``, in the order of ``seq``."""
+    rows = []
+    for values in conn.execute(f"SELECT {_DATASET_FIELDS}, seq, hash FROM datasets"):
+        *fields, seq, digest = values
+        rows.append((seq, digest, _record("dataset", tuple(fields), seq), f"dataset {fields[0]!r}"))
+    for values in conn.execute(f"SELECT {_RESERVATION_FIELDS}, seq, hash FROM reservations"):
+        *fields, seq, digest = values
+        what = f"reservation {fields[0]} ({fields[3]} on dataset {fields[1]!r})"
+        rows.append((seq, digest, _record("reservation", tuple(fields), seq), what))
+    rows.sort(key=lambda r: (r[0] is None, r[0] or 0))
+    return rows
+
+
+def _meta(conn: sqlite3.Connection, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES (?, ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )
+
+
+def _chain_prefix(conn: sqlite3.Connection, path: str) -> list[str]:
+    """Check the whole chain; return the hash after each link (``[i]`` after link ``i + 1``).
+
+    Raises
+    ------
+    LedgerTamperedError
+        A link is missing, edited or out of order, or the chain is shorter or longer than
+        the head recorded in ``meta``.
+    """
+    remedy = (
+        " The ledger can no longer enforce its budgets: restore it from a backup (or rebuild "
+        "it from your export, Ledger.export) before reading the data again."
+    )
+    rows = _chain_rows(conn)
+    length, head = _meta(conn, "chain_length"), _meta(conn, "chain_head")
+    if (length is None or head is None) and rows:
+        raise LedgerTamperedError(
+            f"privacy ledger {path!r}: its chain head was removed from the meta table while "
+            f"{len(rows)} entries remain." + remedy
+        )
+    recorded = 0 if length is None else int(length)
+    hashes: list[str] = []
+    previous = GENESIS
+    for expected_seq, (seq, digest, record, what) in enumerate(rows, start=1):
+        if seq != expected_seq:
+            missing = "an entry is missing" if seq is None or seq > expected_seq else "repeated"
+            raise LedgerTamperedError(
+                f"privacy ledger {path!r}: entry {expected_seq} of its history is {missing} "
+                f"(found {what} at position {seq}): entries were deleted or inserted." + remedy
+            )
+        previous = _link(previous, record)
+        if digest != previous:
+            raise LedgerTamperedError(
+                f"privacy ledger {path!r}: {what} was edited after it was recorded (its hash "
+                "does not match its contents and the entries before it)." + remedy
+            )
+        hashes.append(previous)
+    if len(rows) != recorded:
+        raise LedgerTamperedError(
+            f"privacy ledger {path!r} records a history of {recorded} entries but holds "
+            f"{len(rows)}: entries were deleted (or the history truncated)." + remedy
+        )
+    if rows and hashes[-1] != head:
+        raise LedgerTamperedError(
+            f"privacy ledger {path!r}: its recorded chain head does not match its last entry."
+            + remedy
+        )
+    return hashes
+
+
+def _append_link(conn: sqlite3.Connection, table: str, key: str, key_value: Any) -> None:
+    """Make the row ``table.key = key_value`` (just inserted) the chain's next link."""
+    length = int(_meta(conn, "chain_length") or 0)
+    head = _meta(conn, "chain_head") or GENESIS
+    seq = length + 1
+    fields = _DATASET_FIELDS if table == "datasets" else _RESERVATION_FIELDS
+    values = conn.execute(f"SELECT {fields} FROM {table} WHERE {key} = ?", (key_value,)).fetchone()
+    kind = "dataset" if table == "datasets" else "reservation"
+    digest = _link(head, _record(kind, tuple(values), seq))
+    conn.execute(f"UPDATE {table} SET seq = ?, hash = ? WHERE {key} = ?", (seq, digest, key_value))
+    _set_meta(conn, "chain_length", str(seq))
+    _set_meta(conn, "chain_head", digest)
+
+
+def _upgrade_from_version_1(conn: sqlite3.Connection) -> None:
+    """Add the chain to a version-1 ledger: its rows as found become the chain's start."""
+    for table in ("datasets", "reservations"):
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN seq INTEGER")
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN hash TEXT")
+    for (name,) in conn.execute("SELECT name FROM datasets ORDER BY rowid").fetchall():
+        _append_link(conn, "datasets", "name", name)
+    for (id_,) in conn.execute("SELECT id FROM reservations ORDER BY id").fetchall():
+        _append_link(conn, "reservations", "id", id_)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,16 +372,104 @@ class Ledger:
                         "INSERT INTO meta(key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,)
                     )
                 version = self._schema_version(conn)
+        if version == "1":
+            with self._write() as conn:
+                if self._schema_version(conn) == "1":  # another process may have upgraded it
+                    _upgrade_from_version_1(conn)
+                version = self._schema_version(conn)
         if version != SCHEMA_VERSION:
             raise LedgerError(
                 f"privacy ledger {self._path!r} has schema version {version}; this pymc_dp "
                 f"reads version {SCHEMA_VERSION}."
             )
+        self.verify()
+
+    # -- tamper evidence -------------------------------------------------------------------
+    def head(self) -> str:
+        """The chain's head as ``"<length>:<sha256>"`` (``"0:<64 zeros>"`` when empty).
+
+        Every release's privacy metadata carry it (``dp_ledger_head``); keep it to check later
+        that this ledger still extends the history it was made under (:meth:`verify`).
+        """
+        with self._connect() as conn:
+            hashes = _chain_prefix(conn, self._path)
+        return f"{len(hashes)}:{hashes[-1] if hashes else GENESIS}"
+
+    def verify(
+        self, *, export: str | os.PathLike[str] | None = None, head: str | None = None
+    ) -> str:
+        """Check the hash chain, and that it extends an export or an earlier head.
+
+        Parameters
+        ----------
+        export : path, optional
+            A file written by :meth:`export`: every link in it must be in the ledger, unchanged.
+        head : str, optional
+            A head from :meth:`head` or a release's ``dp_ledger_head``: the ledger's chain must
+            pass through it.
+
+        Returns
+        -------
+        str
+            The current head.
+
+        Raises
+        ------
+        LedgerTamperedError
+            The chain is broken, or it no longer extends the export or the head.
+        """
+        with self._connect() as conn:
+            hashes = _chain_prefix(conn, self._path)
+        checkpoints = [] if head is None else [(head, "the head given")]
+        if export is not None:
+            links = _read_export(export)
+            if links:
+                last = links[-1]
+                checkpoints.append((f"{last['seq']}:{last['hash']}", f"the export {export!r}"))
+        for point, source in checkpoints:
+            length, _, digest = str(point).partition(":")
+            if not (length.isdigit() and len(digest) == 64):
+                raise InvalidParameterError(
+                    f"{point!r} is not a ledger head: expected '<length>:<64 hex digits>' as "
+                    "returned by Ledger.head() or stored in dp_ledger_head."
+                )
+            k = int(length)
+            if k > len(hashes) or (k and hashes[k - 1] != digest):
+                raise LedgerTamperedError(
+                    f"privacy ledger {self._path!r} does not extend {source}: that history had "
+                    f"{k} entries ending in {digest[:12]}…, this ledger has {len(hashes)} and "
+                    "a different chain. It was rewritten, truncated or replaced (a deleted and "
+                    "recreated ledger looks new). Restore it before reading the data again."
+                )
+        return f"{len(hashes)}:{hashes[-1] if hashes else GENESIS}"
+
+    def export(self, path: str | os.PathLike[str]) -> int:
+        """Append the chain's new links to a JSON-lines file (created if missing).
+
+        Keep the file somewhere the ledger's users cannot rewrite (another machine, version
+        control): it is the evidence that a deleted or rebuilt ledger cannot fake. The file
+        is checked against the ledger first (:meth:`verify`), then only the links after its
+        last one are appended. Returns the number of links appended.
+        """
+        self.verify(export=path if os.path.exists(path) else None)
+        links = _read_export(path) if os.path.exists(path) else []
+        with self._connect() as conn:
+            _chain_prefix(conn, self._path)
+            rows = _chain_rows(conn)
+        new = [
+            {"seq": seq, "hash": digest, "record": json.loads(record)}
+            for seq, digest, record, _ in rows[len(links) :]
+        ]
+        with open(path, "a", encoding="utf-8") as out:
+            for link in new:
+                out.write(json.dumps(link, separators=(",", ":")) + "\n")
+        return len(new)
 
     # -- datasets --------------------------------------------------------------------------
     def register_dataset(self, name: str, epsilon: float, delta: float) -> None:
         """Record the (ε, δ) budget of ``name``; refuse a different budget for a known name."""
         with self._write() as conn:
+            _chain_prefix(conn, self._path)
             row = conn.execute(
                 "SELECT epsilon, delta FROM datasets WHERE name = ?", (name,)
             ).fetchone()
@@ -236,6 +478,7 @@ class Ledger:
                     "INSERT INTO datasets(name, epsilon, delta, created) VALUES (?, ?, ?, ?)",
                     (name, float(epsilon), float(delta), _now()),
                 )
+                _append_link(conn, "datasets", "name", name)
                 return
         rec_eps, rec_delta = row
         if not (
@@ -352,6 +595,7 @@ class Ledger:
         refused: list[tuple[PrivacyCost, int]] | None = None
         entries: list[LedgerEntry] = []
         with self._write() as conn:
+            _chain_prefix(conn, self._path)
             row = conn.execute(
                 "SELECT epsilon, delta FROM datasets WHERE name = ?", (dataset,)
             ).fetchone()
@@ -387,6 +631,7 @@ class Ledger:
                             socket.gethostname(),
                         ),
                     )
+                    _append_link(conn, "reservations", "id", cur.lastrowid)
                     entries.append(
                         self._row_to_entry(
                             conn.execute(
@@ -426,6 +671,28 @@ class Ledger:
                 "UPDATE reservations SET spent = MAX(spent, ?) WHERE id = ?",
                 (int(spent), int(reservation_id)),
             )
+
+
+def _read_export(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The links of an export file, checked to be a chain of their own."""
+    links = []
+    previous = GENESIS
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            try:
+                link = json.loads(line)
+                record = json.dumps(link["record"], separators=(",", ":"))
+                ok = link["seq"] == number and _link(previous, record) == link["hash"]
+            except (ValueError, KeyError, TypeError):
+                ok = False
+            if not ok:
+                raise LedgerTamperedError(
+                    f"ledger export {os.fspath(path)!r}: line {number} is not the next link of "
+                    "its chain (the export itself was edited)."
+                )
+            previous = link["hash"]
+            links.append(link)
+    return links
 
 
 def _open_ledger(path: str, timeout: float) -> Ledger:
