@@ -210,6 +210,11 @@ def sghmc_kernel(
 ) -> tuple[SGState, SGInfo]:
     """One DP-SGHMC iteration: a fresh momentum and ``J`` steps (``J`` gradient releases).
 
+    Each step updates the momentum from a release at the current position, then the position:
+    ``p ← p + h G̃(θ) − h F p``, ``θ ← θ + h p``. Every release moves ``θ`` (with the position
+    first, the last release of an iteration would only move a momentum that is then redrawn,
+    and ``J = 1`` would be a random walk that ignores the data).
+
     A step whose position or momentum becomes non-finite ends the iteration at the start (a
     divergence); the releases it made are spent all the same (the step reserved ``J``).
     """
@@ -217,10 +222,10 @@ def sghmc_kernel(
     theta, p = theta0.copy(), rng.standard_normal(theta0.size)  # public: independent of data
     clipped = None
     for _ in range(n_steps):
-        theta = theta + time_step * p
         grad, count = mechanisms.noisy_grad(theta)
         clipped = _add(clipped, count)
         p = p + time_step * grad - time_step * friction * p
+        theta = theta + time_step * p
         if not _finite(theta, p):
             return state, SGInfo(0.0, True, clipped)
     return SGState(theta), SGInfo(float(np.linalg.norm(theta - theta0)), False, clipped)

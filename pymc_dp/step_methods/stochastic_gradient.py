@@ -330,7 +330,8 @@ class DPSGHMC(_StochasticGradientStep):
     __doc__ = f"""Differentially private stochastic gradient HMC with friction (theory §4.5).
 
     Each iteration draws ``p ~ N(0, I)`` and takes ``n_steps`` (``J``) steps
-    ``θ ← θ + h p``, ``p ← p + h (∇log p(θ) + (n/b) G̃) − h F p``, each with its own secret batch
+    ``p ← p + h (∇log p(θ) + (n/b) G̃) − h F p``, ``θ ← θ + h p`` (momentum first: every
+    release moves ``θ``), each with its own secret batch
     and release (``J`` subsampled Gaussian events per iteration). The release's noise is the
     friction's ``N(0, 2Fh)`` (Chen, Fox & Guestrin 2014 with ``B̂ = 0``):
     ``z = (b/n) √(2F/h) / (2C)``. Friction removes momentum, and position and momentum use the

@@ -93,19 +93,18 @@ SGHMC_STEPS = 10
 def sghmc_predicted_ratio(time_step: float, friction: float, n_steps: int) -> float:
     """Stationary variance / s² of the SGHMC iteration on N(ȳ, s²), from its linear update.
 
-    One iteration maps ``(θ, p₀ ~ N(0, 1))`` through ``J`` steps ``θ ← θ + hp``,
-    ``p ← p − hθ/s² − hFp + N(0, 2Fh)``: ``Var θ' = α² Var θ + c``, so the fixed point is
-    ``c / (1 − α²)``.
+    One iteration maps ``(θ, p₀ ~ N(0, 1))`` through ``J`` steps
+    ``p ← p − hθ/s² − hFp + N(0, 2Fh)``, then ``θ ← θ + hp``: ``Var θ' = α² Var θ + c``, so
+    the fixed point is ``c / (1 − α²)``.
     """
     step = np.array([[1.0, time_step], [0.0, 1.0]])
     kick = np.array([[1.0, 0.0], [-time_step / SD**2, 1.0 - time_step * friction]])
-    m = kick @ step
     q = np.diag([0.0, 2.0 * friction * time_step])
 
     def final_var(var0: float) -> float:
         cov = np.diag([var0, 1.0])
         for _ in range(n_steps):
-            cov = m @ cov @ m.T + q
+            cov = step @ (kick @ cov @ kick.T + q) @ step.T
         return cov[0, 0]
 
     c = final_var(0.0)
