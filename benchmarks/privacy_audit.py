@@ -16,7 +16,8 @@ import argparse
 import time
 import warnings
 
-from pymc_dp.audit import BROKEN_VARIANTS, SCENARIOS, audit_scenario, broken
+from pymc_dp.audit import SCENARIOS, audit_scenario
+from pymc_dp.experiments.broken import BROKEN_VARIANTS, broken
 
 warnings.filterwarnings("ignore")
 

@@ -17,7 +17,7 @@ subtract the noise. Two kinds of source exist (docs: security.md):
   by :func:`~pymc_dp.privacy_report`.
 
 A fixed ``seed`` makes either kind reproducible (tests and research; also flagged): the secure
-kind then draws its bits from BLAKE2b in counter mode keyed by the seed, so the same code path
+kind then draws its bits from SHAKE-256 keyed by the seed (in counter mode), so the same code path
 (inverse CDF, snapping, rejection sampling of rows) runs as with OS entropy.
 
 NumPy and SciPy only: kernels and mechanisms import this module without importing PyMC.
@@ -74,34 +74,24 @@ class _OSBits:
 
 
 class _KeyedBits:
-    """A reproducible cryptographic stream: BLAKE2b(key, counter) blocks of 64 bytes."""
+    """A reproducible cryptographic stream: each request is SHAKE-256(key ‖ counter), counter + 1."""
 
     def __init__(self, key: bytes) -> None:
         self._key = key
         self._counter = 0
-        self._buffer = b""
 
     def take(self, n: int) -> bytes:
-        blocks = []
-        have = len(self._buffer)
-        while have < n:
-            block = hashlib.blake2b(
-                self._counter.to_bytes(16, "little"), key=self._key, digest_size=64
-            ).digest()
-            self._counter += 1
-            blocks.append(block)
-            have += 64
-        buffer = self._buffer + b"".join(blocks)
-        out, self._buffer = buffer[:n], buffer[n:]
-        return out
+        block = hashlib.shake_256(self._key + self._counter.to_bytes(16, "little")).digest(n)
+        self._counter += 1
+        return block
 
     @property
-    def state(self) -> tuple[int, bytes]:
-        return (self._counter, self._buffer)
+    def state(self) -> int:
+        return self._counter
 
     @state.setter
-    def state(self, value: tuple[int, bytes]) -> None:
-        self._counter, self._buffer = int(value[0]), bytes(value[1])
+    def state(self, value: int) -> None:
+        self._counter = int(value)
 
 
 class NoiseSource:
@@ -257,16 +247,19 @@ class NoiseSource:
             # uniform keys, the `size` smallest: a uniform subset (ties have probability < n²/2⁶⁴)
             keys = self._uint64(n)
             return np.sort(np.argpartition(keys, size - 1)[:size])
-        # x mod n of 64-bit words below the largest multiple of n (exactly uniform), then
-        # sequential rejection of repeated indices: a uniform subset
-        limit = np.uint64((2**64 // n) * n - 1)
+        # x mod n of random words below the largest multiple of n (exactly uniform); each round
+        # draws as many rows as are missing and keeps the distinct ones, until `size` are in
+        # hand. Every step is symmetric under relabelling the rows, so the subset is uniform.
+        wide = n > 2**32
+        dtype, span = ("<u8", 2**64) if wide else ("<u4", 2**32)
+        limit = (span // n) * n - 1
         chosen = np.empty(0, dtype=np.int64)
         while chosen.size < size:
-            words = self._uint64(size - chosen.size + 16)
-            candidates = (words[words <= limit] % np.uint64(n)).astype(np.int64)
-            sequence = np.concatenate([chosen, candidates])
-            _, first = np.unique(sequence, return_index=True)
-            chosen = sequence[np.sort(first)][:size]
+            missing = size - chosen.size
+            words = np.frombuffer(self._bits.take(missing * (8 if wide else 4)), dtype=dtype)
+            candidates = (words[words <= limit] % n).astype(np.int64)
+            merged = np.sort(np.concatenate([chosen, candidates]), kind="stable")
+            chosen = merged[np.concatenate([[True], merged[1:] != merged[:-1]])]
         return chosen
 
     def __repr__(self) -> str:

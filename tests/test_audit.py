@@ -6,15 +6,9 @@ import numpy as np
 import pytest
 
 from pymc_dp.accounting.gaussian import gaussian_epsilon
-from pymc_dp.audit import (
-    BROKEN_VARIANTS,
-    SCENARIOS,
-    audit_scenario,
-    broken,
-    epsilon_lower_bound,
-    replace_row,
-)
+from pymc_dp.audit import SCENARIOS, audit_scenario, epsilon_lower_bound, replace_row
 from pymc_dp.errors import InvalidParameterError
+from pymc_dp.experiments.broken import BROKEN_VARIANTS, broken
 
 DELTA = 1e-5
 
@@ -57,7 +51,7 @@ def test_bad_arguments_are_refused():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_every_step_passes_its_audit(name):
-    result = audit_scenario(name, runs=1000)
+    result = audit_scenario(name, runs=600)  # the bounds were 0–0.14 with 1000 runs
     assert 0.5 < result.claimed_epsilon < 4.5  # a claim the audit could refute
     assert not result.violated, str(result)
 
@@ -82,8 +76,11 @@ FLAGGED = [
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "kind"), FLAGGED)
 def test_a_broken_mechanism_is_flagged(name, kind):
+    # the subtle leaks need the full 1000 runs of the documented table; the gross ones (bounds
+    # of 3.2–4.9 against claims of 1.1–2.3 there) show with fewer
+    runs = 1000 if kind in ("noise / 10", "uniform noise") else 600
     with broken(kind):
-        result = audit_scenario(name, runs=1000)
+        result = audit_scenario(name, runs=runs)
     assert result.violated, str(result)
 
 
