@@ -74,7 +74,7 @@ class _OSBits:
 
 
 class _KeyedBits:
-    """A reproducible cryptographic stream: each request is SHAKE-256(key ‖ counter), counter + 1."""
+    """A reproducible cryptographic stream: request k is SHAKE-256(key ‖ k)."""
 
     def __init__(self, key: bytes) -> None:
         self._key = key
