@@ -183,6 +183,11 @@ def _runs(
     with model:
         step = make_step(PrivacyBudget(epsilon=budget_epsilon, delta=delta))
         point = dict(model.initial_point() if start is None else start)
+        if step.noise_reproducible:
+            raise InvalidParameterError(
+                "the audit needs fresh secret noise in every run: build the step without "
+                "noise_rng (seeded noise would replay the same noise on both datasets)."
+            )
         if not step.prepared:
             raise InvalidParameterError(
                 "the audit runs steps with explicit settings (no automatic clip, noise or "

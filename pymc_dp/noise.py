@@ -7,9 +7,9 @@ subtract the noise. Two kinds of source exist (docs: security.md):
   generator (:func:`os.urandom`, the kernel's CSPRNG). A Gaussian draw uses 128 of them: one
   sign bit and a uniform ``u`` on ``(0, ½)`` with 127 bits, so ``u`` has full *relative*
   precision (53 bits) down to ``2⁻⁷⁶``; the draw is ``±Φ⁻¹(u)`` (inverse CDF, SciPy's
-  ``ndtri``). Its error against an exact Gaussian draw is below ``10⁻¹⁴ · max(1, |Z|)``
-  everywhere, including the tails (Box–Muller from 53-bit uniforms stops at 8.6 sd; the
-  ziggurat's resolution is coarser). Every continuous release is then **snapped** to a
+  ``ndtri``). Its error against an exact Gaussian draw is below ``10⁻¹⁴ · max(1, |Z|)`` out to
+  10.4 sd (``u ≥ 2⁻⁷⁶``; beyond, probability ``2.6·10⁻²³`` per draw), where Box–Muller from
+  53-bit uniforms stops at 8.6 sd. Every continuous release is then **snapped** to a
   public grid (:meth:`NoiseSource.release`, the floating-point mitigation against Mironov's
   attack on the low-order bits of ``x + noise``).
 * **Fast** (``secure=False``, research only). NumPy's PCG64 seeded from OS entropy, no
@@ -39,7 +39,7 @@ __all__ = ["GRID_BITS", "NoiseSource", "snapping_grid"]
 GRID_BITS = 8
 _TWO64 = 2.0**64
 _TWO128 = 2.0**128
-_BLOCK = 65536  # bytes fetched from the bit source at a time
+_BLOCK = 4096  # bytes fetched from the bit source at a time
 
 
 def snapping_grid(scale: float | NDArray[np.float64]) -> float | NDArray[np.float64]:
@@ -54,19 +54,19 @@ def snapping_grid(scale: float | NDArray[np.float64]) -> float | NDArray[np.floa
 
 
 class _OSBits:
-    """Bytes from the operating system's CSPRNG, fetched in blocks."""
+    """Bytes from the operating system's CSPRNG, fetched in blocks; used bytes are dropped."""
 
     def __init__(self) -> None:
         self._buffer = b""
-        self._offset = 0
 
     def take(self, n: int) -> bytes:
-        if self._offset + n > len(self._buffer):
-            self._buffer = self._buffer[self._offset :] + os.urandom(max(_BLOCK, n))
-            self._offset = 0
-        start = self._offset
-        self._offset += n
-        return self._buffer[start : self._offset]
+        if n > len(self._buffer):
+            self._buffer += os.urandom(max(_BLOCK, n))
+        out, self._buffer = self._buffer[:n], self._buffer[n:]
+        return out
+
+    def __getstate__(self) -> dict:
+        return {"_buffer": b""}  # a copy draws its own bytes; none travel in a pickle
 
     @property
     def state(self) -> None:
@@ -200,16 +200,16 @@ class NoiseSource:
             else (float(scale * self.standard_normal()))
         )
 
-    def random(self, size: int | None = None) -> float | NDArray[np.float64]:
+    def random(self, size: int | tuple[int, ...] | None = None) -> float | NDArray[np.float64]:
         """Uniform draws on ``(0, 1)`` (53 bits)."""
         if self._pcg is not None:
             return self._pcg.random(size)
-        k = 1 if size is None else int(size)
+        k = 1 if size is None else int(np.prod(size))
         u = ((self._uint64(k) >> np.uint64(11)).astype(float) + 0.5) / 2.0**53
-        return float(u[0]) if size is None else u
+        return float(u[0]) if size is None else u.reshape(size)
 
     def choice(
-        self, a: int, size: int | None = None, *, p: NDArray[np.float64]
+        self, a: int, size: int | tuple[int, ...] | None = None, *, p: NDArray[np.float64]
     ) -> int | NDArray[np.int64]:
         """Categorical draws on ``0..a-1`` with probabilities ``p`` (inverse CDF)."""
         if self._pcg is not None:
@@ -226,8 +226,8 @@ class NoiseSource:
         :func:`snapping_grid` — a deterministic function of the exact sum (IEEE addition is
         correctly rounded), so its privacy is that of the Gaussian mechanism up to the draw's
         own error: each output's probability is within a factor ``1 ± η`` of the ideal one,
-        ``η ≤ 2 · 10⁻¹⁴ · max(1, |Z|) / (g/σ) < 10⁻¹⁰`` (docs: security.md). The rounding
-        adds at most ``g/2 ≤ σ/512`` to the noise.
+        ``η ≤ 2 · 10⁻¹⁴ · max(1, |Z|) / (g/σ) ≲ 10⁻¹¹ · max(1, |Z|)`` (docs: security.md). The
+        rounding adds at most ``g/2 ≤ σ/512`` to the noise.
         """
         shape = np.shape(value)
         noisy = value + (

@@ -104,3 +104,20 @@ def test_broken_restores_the_mechanisms():
     )
     assert before == after
     assert noise.NoiseSource(0).standard_normal(1000).std() > 0.9
+
+
+def test_seeded_noise_is_refused_by_the_audit():
+    import pymc_dp
+    from pymc_dp.audit import _audit_data, _audit_model, audit_step
+
+    data, neighbour = _audit_data()
+    with pytest.raises(InvalidParameterError, match="noise_rng"):
+        audit_step(
+            _audit_model,
+            data,
+            neighbour,
+            lambda b: pymc_dp.DPSGLD(
+                budget=b, step_size=1.0, grad_clip=2.0, batch_size=100, noise_rng=1
+            ),
+            runs=20,
+        )

@@ -142,3 +142,12 @@ def test_categorical_draws_follow_their_probabilities():
     p = np.array([0.1, 0.6, 0.3])
     draws = NoiseSource(8).choice(3, 30_000, p=p)
     assert stats.chisquare(np.bincount(draws, minlength=3), 30_000 * p).pvalue > 1e-4
+
+
+def test_a_pickled_source_carries_no_secret_bytes():
+    import pickle
+
+    source = NoiseSource()
+    source.standard_normal(3)  # fills the buffer
+    copy = pickle.loads(pickle.dumps(source))
+    assert copy._bits._buffer == b"" and len(pickle.dumps(source)) < 2000

@@ -22,7 +22,10 @@ canonical record)``; ``meta`` stores the chain's length and head. The chain is c
 ledger is opened and inside every write transaction, so a deleted, edited or truncated history
 (``DELETE FROM reservations``, ``UPDATE datasets SET epsilon = 1000``, dropping the last rows)
 raises :class:`~pymc_dp.errors.LedgerTamperedError` before anything more is reserved or read.
-Progress counts (``spent``) are reporting only and not part of the chain.
+``meta``'s head is a hash of the last link and the length, not a copy of a row's hash, so
+truncating the history also needs a hash computed. Progress counts (``spent``) are reporting
+only and not part of the chain. Checks read in one transaction (one snapshot), so a
+reservation committed by another process meanwhile is never mistaken for tampering.
 
 This is tamper *evidence* against edits that do not rebuild the chain. Someone who rewrites the
 rows and recomputes every hash, or deletes the file (a fresh ledger looks like any new one),
@@ -140,6 +143,12 @@ def _link(previous: str, record: str) -> str:
     return hashlib.sha256(f"{previous}\n{record}".encode()).hexdigest()
 
 
+def _head_digest(length: int, last: str) -> str:
+    """What ``meta`` stores as the head: not any row's hash, so rewinding the head to an
+    earlier row (truncating the history) needs a hash computed, not one copied."""
+    return hashlib.sha256(f"head\n{length}\n{last}".encode()).hexdigest()
+
+
 def _chain_rows(conn: sqlite3.Connection) -> list[tuple[int | None, str | None, str, str]]:
     """Every link as ``(seq, stored hash, record, what)``, in the order of ``seq``."""
     rows = []
@@ -209,7 +218,7 @@ def _chain_prefix(conn: sqlite3.Connection, path: str) -> list[str]:
             f"privacy ledger {path!r} records a history of {recorded} entries but holds "
             f"{len(rows)}: entries were deleted (or the history truncated)." + remedy
         )
-    if rows and hashes[-1] != head:
+    if rows and _head_digest(len(rows), hashes[-1]) != head:
         raise LedgerTamperedError(
             f"privacy ledger {path!r}: its recorded chain head does not match its last entry."
             + remedy
@@ -219,16 +228,20 @@ def _chain_prefix(conn: sqlite3.Connection, path: str) -> list[str]:
 
 def _append_link(conn: sqlite3.Connection, table: str, key: str, key_value: Any) -> None:
     """Make the row ``table.key = key_value`` (just inserted) the chain's next link."""
-    length = int(_meta(conn, "chain_length") or 0)
-    head = _meta(conn, "chain_head") or GENESIS
-    seq = length + 1
+    seq = int(_meta(conn, "chain_length") or 0) + 1
+    last = conn.execute(
+        "SELECT hash FROM (SELECT seq, hash FROM datasets UNION ALL "
+        "SELECT seq, hash FROM reservations) WHERE seq = ?",
+        (seq - 1,),
+    ).fetchone()
+    head = GENESIS if seq == 1 else str(last[0])
     fields = _DATASET_FIELDS if table == "datasets" else _RESERVATION_FIELDS
     values = conn.execute(f"SELECT {fields} FROM {table} WHERE {key} = ?", (key_value,)).fetchone()
     kind = "dataset" if table == "datasets" else "reservation"
     digest = _link(head, _record(kind, tuple(values), seq))
     conn.execute(f"UPDATE {table} SET seq = ?, hash = ? WHERE {key} = ?", (seq, digest, key_value))
     _set_meta(conn, "chain_length", str(seq))
-    _set_meta(conn, "chain_head", digest)
+    _set_meta(conn, "chain_head", _head_digest(seq, digest))
 
 
 def _upgrade_from_version_1(conn: sqlite3.Connection) -> None:
@@ -339,6 +352,16 @@ class Ledger:
             conn.close()
 
     @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every query sees one snapshot (no write commits in between)."""
+        with self._connect() as conn:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+
+    @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error."""
         with self._connect() as conn:
@@ -391,7 +414,7 @@ class Ledger:
         Every release's privacy metadata carry it (``dp_ledger_head``); keep it to check later
         that this ledger still extends the history it was made under (:meth:`verify`).
         """
-        with self._connect() as conn:
+        with self._read() as conn:
             hashes = _chain_prefix(conn, self._path)
         return f"{len(hashes)}:{hashes[-1] if hashes else GENESIS}"
 
@@ -418,7 +441,7 @@ class Ledger:
         LedgerTamperedError
             The chain is broken, or it no longer extends the export or the head.
         """
-        with self._connect() as conn:
+        with self._read() as conn:
             hashes = _chain_prefix(conn, self._path)
         checkpoints = [] if head is None else [(head, "the head given")]
         if export is not None:
@@ -453,7 +476,7 @@ class Ledger:
         """
         self.verify(export=path if os.path.exists(path) else None)
         links = _read_export(path) if os.path.exists(path) else []
-        with self._connect() as conn:
+        with self._read() as conn:
             _chain_prefix(conn, self._path)
             rows = _chain_rows(conn)
         new = [

@@ -178,3 +178,45 @@ def test_a_version_1_ledger_is_upgraded_in_place(tmp_path):
     sql(path, "UPDATE datasets SET epsilon = 9")
     with pytest.raises(LedgerTamperedError):
         Ledger(path)
+
+
+def test_rewinding_the_head_to_an_earlier_row_is_detected(tmp_path):
+    # truncation by copying: drop the last reservation and point meta at the new last row
+    path = used_ledger(tmp_path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    last = conn.execute("SELECT MAX(seq) FROM reservations").fetchone()[0]
+    kept = conn.execute("SELECT hash FROM reservations WHERE seq = ?", (last - 1,)).fetchone()[0]
+    conn.execute("DELETE FROM reservations WHERE seq = ?", (last,))
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'chain_length'", (str(last - 1),))
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'chain_head'", (kept,))
+    conn.close()
+    with pytest.raises(LedgerTamperedError, match="head"):
+        Ledger(path)
+
+
+def test_a_check_reads_one_snapshot_while_another_process_reserves(tmp_path, monkeypatch):
+    # a reservation that commits between the check's queries would look like tampering; the
+    # check holds a read transaction, so the writer waits (here: gives up) until it is done
+    import pymc_dp.accounting.ledger as ledger_module
+
+    path = used_ledger(tmp_path)
+    original = ledger_module._chain_rows
+    attempts = []
+
+    def rows_then_a_racing_reservation(conn):
+        rows = original(conn)
+        if not attempts:
+            attempts.append("racing")
+            racer = Ledger(path, timeout=0.2)  # opens (and checks) in its own snapshot
+            try:
+                racer.reserve("survey", COST, 1, mechanism="DPPenalty", chain=None, chains=1)
+                attempts.append("committed")
+            except pymc_dp.LedgerError:
+                attempts.append("waited")
+        return rows
+
+    monkeypatch.setattr(ledger_module, "_chain_rows", rows_then_a_racing_reservation)
+    Ledger(path).verify()  # no false alarm
+    monkeypatch.undo()
+    assert attempts == ["racing", "waited"]
+    assert Ledger(path).head().startswith("4:")  # and nothing half-written
