@@ -42,15 +42,12 @@ _TWO128 = 2.0**128
 _BLOCK = 4096  # bytes fetched from the bit source at a time
 
 
-def snapping_grid(scale: float | NDArray[np.float64]) -> float | NDArray[np.float64]:
+def snapping_grid(scale: float) -> float:
     """The public grid of a release with noise sd ``scale``: ``g = 2^(⌊log₂ σ⌋ − GRID_BITS)``.
 
     ``σ/512 < g ≤ σ/256``. It depends on ``σ`` only (public), never on the value released.
     """
-    exponent = np.floor(np.log2(scale)) - GRID_BITS
-    return (
-        np.ldexp(1.0, exponent.astype(int)) if np.ndim(exponent) else math.ldexp(1.0, int(exponent))
-    )
+    return math.ldexp(1.0, math.floor(math.log2(scale)) - GRID_BITS)
 
 
 class _OSBits:
@@ -194,11 +191,7 @@ class NoiseSource:
 
     def normal(self, scale: float | np.ndarray, size: int | None = None) -> float | np.ndarray:
         """Draw ``N(0, scale²)`` noise (not snapped: use :meth:`release` for a release)."""
-        return (
-            scale * self.standard_normal(size)
-            if size is not None
-            else (float(scale * self.standard_normal()))
-        )
+        return scale * self.standard_normal(size)
 
     def random(self, size: int | tuple[int, ...] | None = None) -> float | NDArray[np.float64]:
         """Uniform draws on ``(0, 1)`` (53 bits)."""
@@ -230,9 +223,7 @@ class NoiseSource:
         rounding adds at most ``g/2 ≤ σ/512`` to the noise.
         """
         shape = np.shape(value)
-        noisy = value + (
-            self.normal(scale, int(np.prod(shape))).reshape(shape) if shape else self.normal(scale)
-        )
+        noisy = value + scale * self.standard_normal(shape or None)
         if not self.secure or scale == 0.0:
             return noisy
         grid = snapping_grid(scale)

@@ -466,19 +466,8 @@ class PrivacyBudget:
         InvalidParameterError
             For invalid arguments, or a budget too small even for one iteration.
         """
-        c = as_cost(cost)
-        k = check_int(iterations, "iterations", minimum=1, hint=" Reserve at least one iteration.")
-        n_chains = check_int(chains, "chains", minimum=1)
-        if chain is not None:
-            chain = check_int(chain, "chain", minimum=0)
-        if not isinstance(mechanism, str) or not mechanism:
-            raise InvalidParameterError(f"mechanism must be a non-empty string; got {mechanism!r}.")
-        if not composition_fits([(c, 1)], self._epsilon, self._delta):
-            raise self._too_small(c, 1, "a single iteration")
-        entry = self._ledger.reserve(
-            self._dataset, c, k, mechanism=mechanism, chain=chain, chains=n_chains
-        )
-        return Reservation._from_entry(entry, self._ledger)
+        parts = [(cost, iterations)]
+        return self.reserve_parts(parts, mechanism=mechanism, chain=chain, chains=chains)[0]
 
     def reserve_parts(
         self,
@@ -498,7 +487,10 @@ class PrivacyBudget:
         if not parts:
             raise InvalidParameterError("parts must hold at least one (cost, iterations) pair.")
         items = [
-            (as_cost(c), check_int(k, "iterations", minimum=1, hint=" Reserve at least one."))
+            (
+                as_cost(c),
+                check_int(k, "iterations", minimum=1, hint=" Reserve at least one iteration."),
+            )
             for c, k in parts
         ]
         n_chains = check_int(chains, "chains", minimum=1)

@@ -443,42 +443,44 @@ class Ledger:
         """
         with self._read() as conn:
             hashes = _chain_prefix(conn, self._path)
-        checkpoints = [] if head is None else [(head, "the head given")]
+        if head is not None:
+            self._check_extends(hashes, head, "the head given")
         if export is not None:
-            links = _read_export(export)
-            if links:
-                last = links[-1]
-                checkpoints.append((f"{last['seq']}:{last['hash']}", f"the export {export!r}"))
-        for point, source in checkpoints:
-            length, _, digest = str(point).partition(":")
-            if not (length.isdigit() and len(digest) == 64):
-                raise InvalidParameterError(
-                    f"{point!r} is not a ledger head: expected '<length>:<64 hex digits>' as "
-                    "returned by Ledger.head() or stored in dp_ledger_head."
-                )
-            k = int(length)
-            if k > len(hashes) or (k and hashes[k - 1] != digest):
-                raise LedgerTamperedError(
-                    f"privacy ledger {self._path!r} does not extend {source}: that history had "
-                    f"{k} entries ending in {digest[:12]}…, this ledger has {len(hashes)} and "
-                    "a different chain. It was rewritten, truncated or replaced (a deleted and "
-                    "recreated ledger looks new). Restore it before reading the data again."
-                )
+            self._check_extends(
+                hashes, _export_head(_read_export(export)), f"the export {export!r}"
+            )
         return f"{len(hashes)}:{hashes[-1] if hashes else GENESIS}"
+
+    def _check_extends(self, hashes: list[str], point: str, source: str) -> None:
+        """Raise unless the chain (``hashes`` after each link) passes through ``point``."""
+        length, _, digest = str(point).partition(":")
+        if not (length.isdigit() and len(digest) == 64):
+            raise InvalidParameterError(
+                f"{point!r} is not a ledger head: expected '<length>:<64 hex digits>' as "
+                "returned by Ledger.head() or stored in dp_ledger_head."
+            )
+        k = int(length)
+        if k > len(hashes) or (k and hashes[k - 1] != digest):
+            raise LedgerTamperedError(
+                f"privacy ledger {self._path!r} does not extend {source}: that history had "
+                f"{k} entries ending in {digest[:12]}…, this ledger has {len(hashes)} and "
+                "a different chain. It was rewritten, truncated or replaced (a deleted and "
+                "recreated ledger looks new). Restore it before reading the data again."
+            )
 
     def export(self, path: str | os.PathLike[str]) -> int:
         """Append the chain's new links to a JSON-lines file (created if missing).
 
         Keep the file somewhere the ledger's users cannot rewrite (another machine, version
         control): it is the evidence that a deleted or rebuilt ledger cannot fake. The file
-        is checked against the ledger first (:meth:`verify`), then only the links after its
-        last one are appended. Returns the number of links appended.
+        is checked against the ledger first (as :meth:`verify` does), then only the links
+        after its last one are appended. Returns the number of links appended.
         """
-        self.verify(export=path if os.path.exists(path) else None)
         links = _read_export(path) if os.path.exists(path) else []
         with self._read() as conn:
-            _chain_prefix(conn, self._path)
+            hashes = _chain_prefix(conn, self._path)
             rows = _chain_rows(conn)
+        self._check_extends(hashes, _export_head(links), f"the export {os.fspath(path)!r}")
         new = [
             {"seq": seq, "hash": digest, "record": json.loads(record)}
             for seq, digest, record, _ in rows[len(links) :]
@@ -694,6 +696,11 @@ class Ledger:
                 "UPDATE reservations SET spent = MAX(spent, ?) WHERE id = ?",
                 (int(spent), int(reservation_id)),
             )
+
+
+def _export_head(links: list[dict[str, Any]]) -> str:
+    """The head an export ends at, as :meth:`Ledger.head` writes it (``0:…`` when empty)."""
+    return f"{links[-1]['seq']}:{links[-1]['hash']}" if links else f"0:{GENESIS}"
 
 
 def _read_export(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

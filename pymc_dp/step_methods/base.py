@@ -529,12 +529,8 @@ class DPStep(BlockedStep):
                 "was read; the draws so far are all this budget buys. Plan runs with "
                 "pymc_dp.sample or step.sampling_kwargs(chains=...)."
             )
-        parts = self.chain_spending(start, start + wanted)
-        name = type(self).__name__
-        if len(parts) == 1:
-            self._reservations.append(self.budget.reserve(*parts[0], mechanism=name))
-        else:  # one atomic transaction for all the stages
-            self._reservations.extend(self.budget.reserve_parts(parts, mechanism=name))
+        parts = self.chain_spending(start, start + wanted)  # all stages in one transaction
+        self._reservations.extend(self.budget.reserve_parts(parts, mechanism=type(self).__name__))
         for cost, count in parts:
             self.counter.allow(cost, count)
         self._reserved += wanted
