@@ -23,14 +23,19 @@ Each run is one chain of ``iterations`` iterations from the same ``start`` with 
 randomness (PyMC's ``random_seed`` for proposals and momenta): DP must hold for every value of
 the public randomness, and fixing it removes variation that is not the DP noise. The DP noise
 is fresh (secret) in every run. All runs of one dataset are one reservation on a budget that
-only the audit uses. docs: security.md, "Auditing a step".
+only the audit uses. A run that stops with a data-dependent error is the output ``+inf``.
+
+Steps that release one accept/reject bit per iteration leak, when broken, only where their
+threshold sits in the tail of the noise, which the start decides: ``start`` may be a list of
+candidates, and pilot runs choose the start and the set ``S`` before fresh runs give the bound.
+docs: security.md, "Auditing a step".
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,7 +43,12 @@ from scipy import stats
 
 from pymc_dp.accounting import PrivacyBudget
 from pymc_dp.accounting.costs import compose_epsilon
-from pymc_dp.errors import InvalidParameterError
+from pymc_dp.errors import (
+    BarkerVarianceError,
+    InsufficientDataError,
+    InvalidParameterError,
+    PrivateEvaluationError,
+)
 
 __all__ = [
     "AuditResult",
@@ -63,6 +73,9 @@ class AuditResult:
     delta, confidence : float
     runs, iterations : int
         Runs per dataset, iterations per run.
+    start : dict or None
+        The start the runs were made from (the chosen one, when candidates were given; None:
+        the model's initial point).
     """
 
     step: str
@@ -72,6 +85,7 @@ class AuditResult:
     confidence: float
     runs: int
     iterations: int
+    start: dict[str, Any] | None = None
 
     @property
     def violated(self) -> bool:
@@ -85,6 +99,12 @@ class AuditResult:
             f"{self.epsilon_lower_bound:.3g} ({self.confidence:.0%} confidence, {self.runs} runs "
             f"× {self.iterations} iterations per dataset): {verdict}"
         )
+
+
+#: Errors a run may stop with depending on the data (a step that refuses to go on); the audit
+#: records such a run as the output :data:`_STOPPED`, since a user sees that it stopped.
+_RUN_ERRORS = (BarkerVarianceError, InsufficientDataError, PrivateEvaluationError)
+_STOPPED = np.inf
 
 
 def replace_row(data: np.ndarray, index: int, row: Any) -> np.ndarray:
@@ -102,30 +122,36 @@ def _clopper_pearson(k: int, n: int, level: float) -> tuple[float, float]:
 
 
 def _candidate_sets(x: np.ndarray, y: np.ndarray) -> list[Callable[[np.ndarray], np.ndarray]]:
-    """Sets of outputs (as membership tests) that may separate ``x`` from ``y``."""
+    """Sets of outputs (as membership tests) that may separate ``x`` from ``y``.
+
+    A run that stopped with an error has the output ``+inf`` (:data:`_STOPPED`): above every
+    threshold, and a bin of its own.
+    """
     pooled = np.concatenate([x, y])
-    values = np.unique(pooled)
-    cuts = values if values.size <= 200 else np.quantile(pooled, np.linspace(0.005, 0.995, 199))
-    sets: list[Callable[[np.ndarray], np.ndarray]] = []
+    finite = pooled[np.isfinite(pooled)]
+    values = np.unique(finite)
+    few = values.size <= 200
+    cuts = values if few else np.quantile(finite, np.linspace(0.005, 0.995, 199))
+    sets: list[Callable[[np.ndarray], np.ndarray]] = [np.isinf, lambda s: ~np.isinf(s)]
     for tau in np.unique(cuts):
         sets.append(lambda s, tau=tau: s > tau)
         sets.append(lambda s, tau=tau: s <= tau)
     # likelihood-ratio sets of the histogram: outputs where one side is much more frequent
-    if values.size <= 200:
-        edges = np.concatenate([values, [np.inf]])
-    else:
-        edges = np.unique(np.quantile(pooled, np.linspace(0, 1, 41)))
-        edges[-1] = np.inf
-    hx = np.histogram(x, edges)[0] + 0.5
-    hy = np.histogram(y, edges)[0] + 0.5
+    inner = values if few else np.unique(np.quantile(finite, np.linspace(0, 1, 41)))[:-1]
+    edges = np.concatenate([inner, [np.finfo(float).max, np.inf]])
+    last = edges.size - 2
+
+    def bin_of(s: np.ndarray) -> np.ndarray:
+        return np.minimum(np.searchsorted(edges, s, side="right") - 1, last)
+
+    hx = np.bincount(bin_of(x)[bin_of(x) >= 0], minlength=last + 1) + 0.5
+    hy = np.bincount(bin_of(y)[bin_of(y) >= 0], minlength=last + 1) + 0.5
     ratio = np.log(hx / hy)
     for r in np.unique(np.abs(ratio)):
         for chosen in (ratio >= r, -ratio >= r):
             bins = np.flatnonzero(chosen)
             if bins.size:
-                sets.append(
-                    lambda s, bins=bins: np.isin(np.searchsorted(edges, s, side="right") - 1, bins)
-                )
+                sets.append(lambda s, bins=bins: np.isin(bin_of(s), bins))
     return sets
 
 
@@ -173,16 +199,16 @@ def _runs(
     *,
     runs: int,
     iterations: int,
-    start: dict[str, Any] | None,
+    starts: Sequence[dict[str, Any] | None],
     statistic: Callable[[np.ndarray], float],
     public_seed: int,
     budget_epsilon: float,
     delta: float,
 ) -> tuple[np.ndarray, float, str]:
+    """``runs`` chains from each start on ``data``: the statistics, ``(len(starts), runs)``."""
     model = build_model(data)
     with model:
         step = make_step(PrivacyBudget(epsilon=budget_epsilon, delta=delta))
-        point = dict(model.initial_point() if start is None else start)
         if step.noise_reproducible:
             raise InvalidParameterError(
                 "the audit needs fresh secret noise in every run: build the step without "
@@ -194,19 +220,41 @@ def _runs(
                 "initialisation): give make_step's step its noise and clip, and init_share=0."
             )
         claimed = compose_epsilon(step.chain_spending(0, iterations), delta)[0]
-        step._start_chain(np.random.default_rng(public_seed), runs * iterations, 0, False, None)
+        total = len(starts) * runs * iterations
+        step._start_chain(np.random.default_rng(public_seed), total, 0, False, None)
         state = step.sampling_state  # the public state every run starts from
-        out = np.empty(runs)
-        for r in range(runs):
-            step.sampling_state = state
-            step._iteration = 0  # each run is a chain of its own; the reservation covers all
-            current = dict(point)
-            draws = []
-            for _ in range(iterations):
-                current, _stats = step.step(current)
-                draws.append(step.space.ravel(current))
-            out[r] = float(statistic(np.asarray(draws)))
+        out = np.empty((len(starts), runs))
+        for s, start in enumerate(starts):
+            point = dict(model.initial_point() if start is None else start)
+            for r in range(runs):
+                step.sampling_state = state
+                step._iteration = 0  # each run is a chain of its own; the reservation covers all
+                current = dict(point)
+                draws = []
+                try:
+                    for _ in range(iterations):
+                        current, _stats = step.step(current)
+                        draws.append(step.space.ravel(current))
+                except _RUN_ERRORS:  # a data-dependent stop is an output an adversary sees
+                    out[s, r] = _STOPPED
+                    continue
+                out[s, r] = float(statistic(np.asarray(draws)))
     return out, float(claimed), type(step).__name__
+
+
+def _best_set(
+    x: np.ndarray, y: np.ndarray, delta: float, level: float
+) -> tuple[float, Callable[[np.ndarray], np.ndarray], bool]:
+    """The candidate set that separates pilot runs ``x``, ``y`` most: (its bound on these same
+    runs, the set, whether ``x`` is the numerator). A choice, never a reported bound."""
+    best: tuple[float, Callable[[np.ndarray], np.ndarray], bool] | None = None
+    for first, second, x_first in ((x, y, True), (y, x, False)):
+        for member in _candidate_sets(first, second):
+            score = _bound(first, second, member, delta, level)
+            if best is None or score > best[0]:
+                best = (score, member, x_first)
+    assert best is not None  # _candidate_sets always offers thresholds
+    return best
 
 
 def audit_step(
@@ -218,7 +266,8 @@ def audit_step(
     runs: int = 1000,
     iterations: int = 1,
     delta: float = 1e-5,
-    start: dict[str, Any] | None = None,
+    start: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+    pilot_runs: int = 200,
     statistic: Callable[[np.ndarray], float] | None = None,
     confidence: float = 0.95,
     public_seed: int = 0,
@@ -241,8 +290,15 @@ def audit_step(
         Iterations per chain; the claim is the step's ε for this many.
     delta : float
         The δ at which ε is claimed and bounded.
-    start : dict, optional
-        The chains' start (default: the model's initial point).
+    start : dict or sequence of dicts, optional
+        The chains' start (default: the model's initial point). A sequence is a set of
+        candidate starts: ``pilot_runs`` chains from each, on both datasets, choose the start
+        and the set ``S`` that separate the datasets most, and the bound is computed from
+        ``runs`` fresh chains from that start (so the choice does not bias it). Steps that
+        release one accept/reject bit per iteration leak where their decision threshold sits
+        in the tail of the noise, which depends on the start: give a grid of starts for them.
+    pilot_runs : int
+        Chains per candidate start and dataset when ``start`` is a sequence.
     statistic : callable, optional
         ``statistic(draws) -> float`` of a chain's draws (``iterations × d``). Default: the
         first coordinate of the last draw.
@@ -251,7 +307,7 @@ def audit_step(
     public_seed : int
         The public randomness every run shares.
     budget_epsilon : float
-        ε of the audit's own budget, which must hold ``runs × iterations`` iterations.
+        ε of the audit's own budget, which must hold every run's iterations.
 
     Returns
     -------
@@ -262,37 +318,67 @@ def audit_step(
         def statistic(draws: np.ndarray) -> float:
             return float(draws[-1, 0])
 
+    if not 0 < confidence < 1:
+        raise InvalidParameterError(f"confidence must be in (0, 1), got {confidence!r}.")
+    if start is None or isinstance(start, Mapping):
+        candidates: list[dict[str, Any] | None] = [None if start is None else dict(start)]
+    else:
+        candidates = [dict(s) for s in start]
+        if not candidates:
+            raise InvalidParameterError("start must hold at least one candidate start.")
     kwargs = {
-        "runs": int(runs),
         "iterations": int(iterations),
-        "start": start,
         "statistic": statistic,
         "public_seed": public_seed,
         "budget_epsilon": budget_epsilon,
         "delta": delta,
     }
-    x, claimed, name = _runs(build_model, data, make_step, **kwargs)
-    y, claimed_y, _ = _runs(build_model, neighbour, make_step, **kwargs)
-    if not math.isclose(claimed, claimed_y, rel_tol=1e-9):
-        raise InvalidParameterError(
-            f"the step claims ε = {claimed:.4g} on data and {claimed_y:.4g} on neighbour: "
-            "neighbouring datasets must have the same number of rows."
+
+    def both(starts: list, count: int) -> tuple[np.ndarray, np.ndarray, float, str]:
+        x, claimed, name = _runs(build_model, data, make_step, runs=count, starts=starts, **kwargs)
+        y, claimed_y, _ = _runs(
+            build_model, neighbour, make_step, runs=count, starts=starts, **kwargs
         )
-    bound = epsilon_lower_bound(x, y, delta=delta, confidence=confidence)
-    return AuditResult(name, claimed, bound, delta, confidence, int(runs), int(iterations))
+        if not math.isclose(claimed, claimed_y, rel_tol=1e-9):
+            raise InvalidParameterError(
+                f"the step claims ε = {claimed:.4g} on data and {claimed_y:.4g} on neighbour: "
+                "neighbouring datasets must have the same number of rows."
+            )
+        return x, y, claimed, name
+
+    if len(candidates) == 1:
+        x, y, claimed, name = both(candidates, int(runs))
+        bound = epsilon_lower_bound(x[0], y[0], delta=delta, confidence=confidence)
+        return AuditResult(
+            name, claimed, bound, delta, confidence, int(runs), int(iterations), candidates[0]
+        )
+    # design: the start and the set from pilot runs; the bound from fresh runs, all of them
+    if int(pilot_runs) < 20:
+        raise InvalidParameterError(f"pilot_runs must be at least 20, got {pilot_runs!r}.")
+    level = (1 + confidence) / 2
+    px, py, _, _ = both(candidates, int(pilot_runs))
+    designs = [_best_set(a, b, delta, level) for a, b in zip(px, py, strict=True)]
+    best = int(np.argmax([score for score, _, _ in designs]))
+    _, member, x_first = designs[best]
+    x, y, claimed, name = both([candidates[best]], int(runs))
+    x, y = (x[0], y[0]) if x_first else (y[0], x[0])
+    bound = _bound(x, y, member, delta, level)
+    return AuditResult(
+        name, claimed, bound, delta, confidence, int(runs), int(iterations), candidates[best]
+    )
 
 
 # -- the built-in audit of every step ---------------------------------------------------------
 #: rows of the audit model. Every row is 0 except row 0, at −30 in one dataset and +30 in the
-#: other: far beyond every clip, so the replaced row moves each clipped sum by the whole
-#: sensitivity 2C, and identical other rows leave a minibatch nothing to hide it behind (the
-#: worst case for the subsampled steps, as in audits with a canary)
+#: other (by default): far beyond every clip, so the replaced row moves each clipped sum by the
+#: whole sensitivity 2C, and identical other rows leave a minibatch nothing to hide it behind
+#: (the worst case for the subsampled steps, as in audits with a canary)
 AUDIT_ROWS = 100
 
 
-def _audit_data() -> tuple[np.ndarray, np.ndarray]:
-    rows = np.zeros(AUDIT_ROWS)
-    return replace_row(rows, 0, -30.0), replace_row(rows, 0, 30.0)
+def _audit_data(rows: tuple[float, float] = (-30.0, 30.0)) -> tuple[np.ndarray, np.ndarray]:
+    zeros = np.zeros(AUDIT_ROWS)
+    return replace_row(zeros, 0, rows[0]), replace_row(zeros, 0, rows[1])
 
 
 def _audit_model(data: np.ndarray) -> Any:
@@ -306,32 +392,44 @@ def _audit_model(data: np.ndarray) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
-    """One step's audit: how to build it, how long a run is (claimed ε of a few), and where
-    the chains start (the auditor's choice: where one row can tip the step's decisions)."""
+    """One step's audit: how to build it, how long a run is (claimed ε of a few), where the
+    chains start (the auditor's choice: where one row can tip the step's decisions), and the
+    value of row 0 in the two datasets."""
 
     make_step: Callable[[PrivacyBudget], Any]
     iterations: int
-    start: float = 0.0
+    start: float | tuple[float, ...] = 0.0  # a tuple: candidate starts (see audit_step)
+    pilot_runs: int = 400
+    rows: tuple[float, float] = (-30.0, 30.0)
+
+
+def _grid(low: float, high: float, step: float) -> tuple[float, ...]:
+    return tuple(np.round(np.arange(low, high + step / 2, step), 6).tolist())
 
 
 def _scenarios() -> dict[str, Scenario]:
     import pymc_dp
 
     n = AUDIT_ROWS
+    # The steps that release one accept/reject bit per iteration leak (if broken) where their
+    # threshold log U + σ²/2 sits in the tail of the noise; with the public seed fixed, the start
+    # moves the threshold, so these audits search a grid of starts (one iteration each). With
+    # public seed 0 both penalty scenarios propose upwards, and their thresholds cross the noise
+    # distribution's body and tails between starts 0.9 and 1.4.
     return {
         "DPPenalty": Scenario(
             lambda b: pymc_dp.DPPenalty(
-                budget=b, llr_clip=2.0, noise_multiplier=4.0, proposal_scale=0.1
+                budget=b, llr_clip=2.0, noise_multiplier=2.0, proposal_scale=0.1
             ),
-            5,
-            -0.3,
+            1,
+            _grid(0.9, 1.3, 0.02),
         ),
         "DPPenalty (minibatch)": Scenario(
             lambda b: pymc_dp.DPPenalty(
-                budget=b, llr_clip=2.0, noise_multiplier=2.0, batch_size=20, proposal_scale=0.1
+                budget=b, llr_clip=2.0, noise_multiplier=2.0, batch_size=50, proposal_scale=0.1
             ),
-            5,
-            -1.0,
+            1,
+            _grid(0.96, 1.4, 0.02),
         ),
         "DPHMC": Scenario(
             lambda b: pymc_dp.DPHMC(
@@ -349,8 +447,17 @@ def _scenarios() -> dict[str, Scenario]:
             1,
             -0.3,
         ),
+        # DP Barker accepts iff λ + s + V_corr > 0, with s ~ N(0, C − σ_b²) the DP noise and
+        # V_corr close to discrete (atoms at 0, ±2.95, ±9.23). A full batch (no subsampling to
+        # dilute the row) and starts that put λ within 0.1 of the central atom let the audit
+        # see a decision the noise no longer hides. Row 0 is 30 against 0: without clipping
+        # its ratio (30 × proposals of 0.063 from public seed 0) exceeds the batch-variance
+        # check on one dataset only, and the run stops there.
         "DPBarker": Scenario(
-            lambda b: pymc_dp.DPBarker(budget=b, batch_size=50, proposal_scale=0.1), 1
+            lambda b: pymc_dp.DPBarker(budget=b, batch_size=n, proposal_scale=0.5),
+            1,
+            _grid(-0.08, 0.04, 0.004),
+            rows=(30.0, 0.0),
         ),
         "DPSGLD": Scenario(
             lambda b: pymc_dp.DPSGLD(budget=b, step_size=1.0, grad_clip=2.0, batch_size=n), 1
@@ -384,14 +491,18 @@ SCENARIOS = (
 
 def audit_scenario(name: str, *, runs: int = 1000, confidence: float = 0.95) -> AuditResult:
     """Run the built-in audit of one step (:data:`SCENARIOS`): the Normal-mean model with
-    ``n = 100`` rows, all 0 but row 0, which is −30 in one dataset and +30 in the other; chains
-    started at the scenario's point with one fixed public seed, δ = 10⁻⁵."""
+    ``n = 100`` rows, all 0 but row 0, which is −30 in one dataset and +30 in the other (30 and
+    0 for DP Barker); chains started at the scenario's point, or at the best of its grid of
+    starts (the one-bit steps), with one fixed public seed, δ = 10⁻⁵."""
     scenarios = _scenarios()
     if name not in scenarios:
         raise InvalidParameterError(f"name must be one of {SCENARIOS}, got {name!r}.")
-    data, neighbour = _audit_data()
     scenario = scenarios[name]
-    start = {"mu": np.array(scenario.start)}
+    data, neighbour = _audit_data(scenario.rows)
+    if isinstance(scenario.start, tuple):
+        start: Any = [{"mu": np.array(s)} for s in scenario.start]
+    else:
+        start = {"mu": np.array(scenario.start)}
     return audit_step(
         _audit_model,
         data,
@@ -400,5 +511,6 @@ def audit_scenario(name: str, *, runs: int = 1000, confidence: float = 0.95) -> 
         runs=runs,
         iterations=scenario.iterations,
         start=start,
+        pilot_runs=scenario.pilot_runs,
         confidence=confidence,
     )

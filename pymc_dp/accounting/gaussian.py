@@ -31,6 +31,7 @@ All functions work on NumPy arrays (broadcasting) as well as on scalars.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -181,6 +182,7 @@ def _fits(eps: float, m: float, delta: float) -> bool:
     return log_d <= math.log(target) and math.exp(log_d) <= target
 
 
+@functools.lru_cache(maxsize=4096)  # pure; a chain asks for the same M again and again
 def _epsilon_scalar(delta: float, m: float) -> float:
     if m == 0.0:
         return 0.0
