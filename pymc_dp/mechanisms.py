@@ -11,6 +11,9 @@ privacy :attr:`Mechanism.event` (a :class:`~pymc_dp.accounting.PrivacyCost`):
 
 * :class:`LLRRelease` — ``T·Σ_i clip(ℓ_i(θ') − ℓ_i(θ), ±B) + N(0, σ²)``; one Gaussian
   mechanism, PLD parameter ``1/(2z²)``;
+* :class:`CentredLLRRelease` — the same for the ratio less its linear part at a public centre,
+  ``T·Σ_i clip(ℓ_i(θ') − ℓ_i(θ) − ĝ_i·(θ' − θ), ±B) + N(0, σ²)``, with the centre's released
+  gradient sum added back (post-processing); one Gaussian mechanism;
 * :class:`GradientRelease` — ``T·(Σ_i clip_b(∇ℓ_i(θ)) + N(0, σ² I))``; one Gaussian mechanism;
 * :class:`MinibatchLLRRelease` — the minibatch penalty's ``λ* − ½σ_b² + N(0, σ²)`` on a secret
   batch; one subsampled Gaussian mechanism;
@@ -36,6 +39,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 
 from pymc_dp import releases
 from pymc_dp.accounting.costs import BarkerCost, GaussianCost, PrivacyCost, SubsampledGaussianCost
@@ -49,10 +53,12 @@ from pymc_dp.errors import (
 from pymc_dp.noise import NoiseSource
 from pymc_dp.oracle import RowLikelihood
 from pymc_dp.parameter_space import ParameterSpace
-from pymc_dp.releases import BarkerDecision, Release
+from pymc_dp.releases import BarkerDecision, Centre, Release
 
 __all__ = [
     "BarkerTest",
+    "CentredLLRRelease",
+    "CentredRatioHistogram",
     "GradNormHistogram",
     "GradientRelease",
     "LLRRelease",
@@ -318,6 +324,84 @@ class LLRRelease(_NoisySum):
         )
 
 
+class CentredLLRRelease(_NoisySum):
+    """Noisy tempered ratio with a control variate at a public centre (theory §4.1).
+
+    With ``ĝ_i`` row ``i``'s clipped gradient at the :class:`~pymc_dp.oracle.Centre` ``θ_c``
+    and ``Ĝ`` their sum as released once (a :class:`GradientRelease` at ``θ_c``, public), the
+    ratio splits as ``Σ_i (ℓ_i(θ') − ℓ_i(θ)) = Σ_i ĝ_i·Δ + Σ_i r_i`` with ``Δ = θ' − θ`` and
+    the remainders ``r_i = ℓ_i(θ') − ℓ_i(θ) − ĝ_i·Δ``. Near the centre ``r_i`` is of second
+    order, ``|r_i| ≤ h_i ‖δ‖ (‖u‖ + ‖u'‖)/2`` in the public metric ``W`` (``u = W⁻¹(θ − θ_c)``,
+    ``u' = W⁻¹(θ' − θ_c)``, ``δ = u' − u``; ``h_i`` bounds row ``i``'s Hessian in that metric),
+    far smaller than the first-order ratio the plain :class:`LLRRelease` clips. ``release(θ, θ')``
+    returns ``T·(Ĝ·Δ) + T·Σ_i clip(r_i, ±B) + ξ`` with ``B = h ‖δ‖ (‖u‖ + ‖u'‖)/2``,
+    ``ξ ~ N(0, σ²)``, ``σ = z · 2 T B`` (sensitivity ``2 T B``: each row enters one clipped
+    term). Event: one Gaussian mechanism, PLD parameter ``1/(2z²)``; ``Ĝ·Δ`` is
+    post-processing of an earlier release. Outside the support: ``−∞``, nothing read.
+    """
+
+    def __init__(
+        self,
+        channel: PrivateChannel,
+        *,
+        centre: Centre,
+        centre_gradient: np.ndarray,
+        metric: np.ndarray,
+        remainder_clip: float,
+        noise_multiplier: float,
+        temperature: float = 1.0,
+        count_clipped: bool = False,
+    ) -> None:
+        super().__init__(
+            channel,
+            noise_multiplier=noise_multiplier,
+            temperature=temperature,
+            count_clipped=count_clipped,
+        )
+        d = channel.space.ndim
+        metric = np.asarray(metric, dtype=float)
+        gradient = np.asarray(centre_gradient, dtype=float)
+        if metric.shape != (d, d) or not np.all(np.isfinite(metric)):
+            raise InvalidParameterError(f"metric must be a finite ({d}, {d}) Cholesky factor.")
+        if gradient.shape != (d,) or not np.all(np.isfinite(gradient)):
+            raise InvalidParameterError(f"centre_gradient must be {d} finite numbers.")
+        self.centre = Centre(
+            np.array(centre.theta, dtype=float), float(centre.grad_clip), centre.precond.copy()
+        )
+        self.centre_gradient = gradient.copy()
+        self.metric = np.tril(metric)
+        self.remainder_clip = float(remainder_clip)
+        self._finish()
+
+    def whiten(self, theta: np.ndarray) -> np.ndarray:
+        """``u = W⁻¹(θ − θ_c)``."""
+        offset = np.asarray(theta, dtype=float) - self.centre.theta
+        return scipy.linalg.solve_triangular(self.metric, offset, lower=True)
+
+    def bound(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
+        """``B = h ‖δ‖ (‖u‖ + ‖u'‖)/2``: public, from the two points only."""
+        u, u_new = self.whiten(theta), self.whiten(theta_new)
+        radius = 0.5 * (np.linalg.norm(u) + np.linalg.norm(u_new))
+        return self.remainder_clip * float(np.linalg.norm(u_new - u)) * float(radius)
+
+    def __call__(self, theta: np.ndarray, theta_new: np.ndarray) -> Release:
+        none = 0 if self.count_clipped else None
+        if not self.channel.space.in_support(theta_new):  # −∞ for every dataset: read nothing
+            return Release(-np.inf, 0.0, none)
+        bound = self.bound(theta, theta_new)
+        self._record()
+        if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
+            return Release(0.0, 0.0, none)
+        clipped = self._oracle.clipped_centred_llr_sum(
+            theta, theta_new, self.centre, bound, count_clipped=self.count_clipped
+        )
+        t = self.temperature
+        sigma = self.noise_multiplier * 2.0 * t * bound
+        linear = t * float(self.centre_gradient @ (np.asarray(theta_new) - np.asarray(theta)))
+        value = linear + self.channel.noise.release(t * clipped.value, sigma)
+        return Release(value, sigma, clipped.n_clipped)
+
+
 class GradientRelease(_NoisySum):
     """Noisy tempered clipped gradient sum ``T · (G(θ) + N(0, σ² I))``, ``σ = z · 2 b_g``.
 
@@ -433,6 +517,61 @@ class GradNormHistogram(Mechanism):
             )
         self._record()  # checked against the reservation before the data are read
         counts = self._oracle.grad_norm_counts(theta, self.edges, self.directions, self.precond)
+        sigma = self.noise_multiplier * self.sensitivity
+        return Release(self.channel.noise.release(counts, sigma), sigma, None)
+
+
+class CentredRatioHistogram(Mechanism):
+    """Noisy histogram of normalised centred ratios (the private choice of the remainder clip).
+
+    At ``m`` public pairs ``(θ_k, θ'_k)`` the values counted are ``|r_i(θ_k, θ'_k)| / s_k`` with
+    ``r_i`` the centred ratio of :class:`CentredLLRRelease` and ``s_k = ‖δ_k‖ (‖u_k‖ + ‖u'_k‖)/2``
+    its bound per unit ``h``: ``m n`` values. One row's ``m`` values move at most ``m`` counts
+    out and ``m`` in, an L2 change of at most ``√2·m``; noise ``σ = z·√2·m``. Event: one Gaussian
+    mechanism, PLD parameter ``1/(2z²)``.
+    """
+
+    def __init__(
+        self,
+        channel: PrivateChannel,
+        *,
+        ratio: CentredLLRRelease,
+        pairs: np.ndarray,
+        edges: np.ndarray,
+        noise_multiplier: float,
+    ) -> None:
+        super().__init__(channel)
+        pairs = np.asarray(pairs, dtype=float)
+        d = channel.space.ndim
+        if pairs.ndim != 3 or pairs.shape[1:] != (2, d) or not np.all(np.isfinite(pairs)):
+            raise InvalidParameterError(f"pairs must be a finite (m, 2, {d}) array of points.")
+        scales = np.array([ratio.bound(a, b) for a, b in pairs]) / ratio.remainder_clip
+        if not np.all(scales > 0):
+            raise InvalidParameterError("every pair must be two distinct points.")
+        self.ratio = ratio
+        self.pairs = pairs
+        self.scales = scales
+        self.edges = np.asarray(edges, dtype=float)
+        self.noise_multiplier = float(noise_multiplier)
+        self._finish()
+
+    @property
+    def sensitivity(self) -> float:
+        """L2 sensitivity of the counts: ``√2·m``."""
+        return math.sqrt(2.0) * self.pairs.shape[0]
+
+    @property
+    def event(self) -> PrivacyCost:
+        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
+
+    def __call__(self) -> Release:
+        space = self.channel.space
+        if not all(space.in_support(a) and space.in_support(b) for a, b in self.pairs):
+            raise InvalidParameterError("the ratio histogram needs pairs inside the support.")
+        self._record()  # checked against the reservation before the data are read
+        counts = self._oracle.centred_ratio_counts(
+            self.pairs, self.ratio.centre, self.scales, self.edges
+        )
         sigma = self.noise_multiplier * self.sensitivity
         return Release(self.channel.noise.release(counts, sigma), sigma, None)
 

@@ -229,6 +229,7 @@ class RowLikelihood:
         self.rows_read = 0  # rows passed to compiled likelihood functions (instrumentation)
         self.calls = 0
         self._loglik_cache: list[tuple[bytes, np.ndarray]] = []
+        self._centre_cache: tuple[bytes, np.ndarray] | None = None
 
         methods = ["vectorize", "jacobian"] if gradient_method == "auto" else [gradient_method]
         failures: list[str] = []
@@ -680,6 +681,7 @@ class RowLikelihood:
         for key in ("model", "_lik_terms"):
             state[key] = None
         state["_loglik_cache"] = []
+        state["_centre_cache"] = None  # recomputed on first use (one gradient pass)
         return state
 
     @property
@@ -695,6 +697,7 @@ class RowLikelihood:
     def clear_cache(self) -> None:
         """Forget the per-row log-likelihoods kept for the ratio (call when public data change)."""
         self._loglik_cache = []
+        self._centre_cache = None
 
     # ------------------------------------------------------------------ support and start
 
@@ -907,6 +910,81 @@ class RowLikelihood:
             total += float(value)
             clipped += int(count)
         return ClippedSum(total, clipped if count_clipped else None)
+
+    def clipped_centred_llr_sum(
+        self,
+        theta: np.ndarray,
+        theta_new: np.ndarray,
+        centre: releases.Centre,
+        bound: float,
+        *,
+        count_clipped: bool = False,
+    ) -> ClippedSum:
+        """``Σ_i clip(ℓ_i(θ') − ℓ_i(θ) − ĝ_i·(θ' − θ), −B, B)``: the centred ratio (theory §4.1).
+
+        ``ĝ_i`` is row ``i``'s clipped gradient at the :class:`Centre` (:meth:`centre_rows`).
+        Each row's term depends on that row only, so the sensitivity under substitution of one
+        row is ``2B``, as for :meth:`clipped_llr_sum`. Over all rows; per-row values cached.
+        """
+        bound = float(self._check_bound(bound, "bound"))
+        theta, theta_new = self.space.as_theta(theta), self.space.as_theta(theta_new)
+        ratio = self.centred_ratio_rows(theta, theta_new, centre)
+        over = releases.count_clipped(ratio, bound) if count_clipped else None
+        return ClippedSum(float(releases.clip_ratio(ratio, bound).sum()), over)
+
+    def centred_ratio_rows(
+        self, theta: np.ndarray, theta_new: np.ndarray, centre: releases.Centre
+    ) -> np.ndarray:
+        """Per-row ``ℓ_i(θ') − ℓ_i(θ) − ĝ_i·(θ' − θ)`` over all rows. Not private."""
+        theta, theta_new = self.space.as_theta(theta), self.space.as_theta(theta_new)
+        rows = self.centre_rows(centre)
+        step = np.asarray(theta_new, dtype=float) - np.asarray(theta, dtype=float)
+        return self._cached_loglik(theta_new) - self._cached_loglik(theta) - rows @ step
+
+    def centre_rows(self, centre: releases.Centre) -> np.ndarray:
+        """The ``(n, d)`` matrix of clipped per-row gradients ``ĝ_i`` at ``centre``. Not private.
+
+        Computed once per centre (one gradient pass) and kept; non-finite entries are zero, as in
+        the clipped gradient sum, so ``Σ_i ĝ_i`` is what a :class:`GradientRelease` with the
+        centre's clip and preconditioner releases with noise.
+        """
+        weights = self._precond(centre.precond).astype(float)
+        bound = float(self._check_bound(centre.grad_clip, "grad_clip"))
+        theta = np.asarray(self.space.as_theta(centre.theta), dtype=float)
+        key = theta.tobytes() + np.float64(bound).tobytes() + weights.tobytes()
+        if self._centre_cache is not None and self._centre_cache[0] == key:
+            return self._centre_cache[1]
+        grads = self.grad_rows(theta)
+        grads = np.where(np.abs(grads) < np.inf, grads, 0.0)
+        norms = np.linalg.norm(grads * weights, axis=1)
+        scale = bound / np.maximum(norms, bound)
+        rows = grads * scale[:, None]
+        self._centre_cache = (key, rows)
+        return rows
+
+    def centred_ratio_counts(
+        self,
+        pairs: np.ndarray,
+        centre: releases.Centre,
+        scales: np.ndarray,
+        edges: np.ndarray,
+    ) -> np.ndarray:
+        """Counts of ``|centred ratio_i(θ_k, θ'_k)| / s_k`` over the bins of ``edges``.
+
+        ``pairs`` is ``(m, 2, d)`` (public points ``θ_k``, ``θ'_k``), ``scales`` the ``m``
+        positive normalisers ``s_k``: ``m n`` values, binned as in :meth:`grad_norm_counts`
+        (non-finite values in the last bin). Exact counts, so NOT private: only
+        :class:`pymc_dp.mechanisms.CentredRatioHistogram` releases them, with noise.
+        """
+        edges = np.asarray(edges, dtype=float)
+        counts = np.zeros(edges.size + 1, dtype=np.int64)
+        for (a, b), s in zip(np.asarray(pairs, dtype=float), np.asarray(scales), strict=True):
+            values = np.abs(self.centred_ratio_rows(a, b, centre)) / float(s)
+            values = np.where(np.isfinite(values), values, np.inf)
+            counts += np.bincount(
+                np.searchsorted(edges, values, side="left"), minlength=edges.size + 1
+            )
+        return counts
 
     def _cached_loglik(self, theta: np.ndarray) -> np.ndarray:
         """``loglik_rows(θ)`` over all rows, remembering the two θ used last (never released)."""

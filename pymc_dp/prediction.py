@@ -27,7 +27,7 @@ import numpy as np
 from pymc_dp.accounting import gaussian_capacity
 from pymc_dp.errors import InvalidParameterError
 
-__all__ = ["ESSPrediction", "predict_ess", "predict_penalty_ess"]
+__all__ = ["ESSPrediction", "centred_bound_rms", "predict_ess", "predict_penalty_ess"]
 
 _SAMPLES = 4000
 
@@ -72,9 +72,14 @@ def independence_acceptance(
     temperature: float = 1.0,
     df: float = 7.0,
     seed: int = 0,
+    remainder_clip: float | None = None,
 ) -> float:
     """Mean acceptance of a ``t_df(0, Σ)`` independence proposal against ``N(0, Σ)`` with the
-    penalty test's noise ``σ = 2 z T b_l ‖θ' − θ‖``: ``E min(1, w'/w · e^{ξ − σ²/2})``."""
+    penalty test's noise ``σ = 2 z T b_l ‖θ' − θ‖``: ``E min(1, w'/w · e^{ξ − σ²/2})``.
+
+    With ``remainder_clip`` ``h`` the ratio is the centred one
+    (:class:`~pymc_dp.mechanisms.CentredLLRRelease`, centre at the mean, metric ``Σ^{1/2}``):
+    ``σ = 2 z T h ‖δ‖ (‖u‖ + ‖u'‖)/2`` in whitened coordinates, and ``llr_clip`` is unused."""
     rng = np.random.default_rng(seed)
     d = covariance.shape[0]
     root = np.linalg.cholesky(covariance)
@@ -86,8 +91,13 @@ def independence_acceptance(
         sq = np.sum(u * u, axis=1)
         return -0.5 * sq + 0.5 * (df + d) * np.log1p(sq / df)
 
-    jump = np.linalg.norm((proposal_white - white) @ root.T, axis=1)
-    sigma = 2.0 * noise_multiplier * temperature * llr_clip * jump
+    if remainder_clip is None:
+        jump = np.linalg.norm((proposal_white - white) @ root.T, axis=1)
+        sigma = 2.0 * noise_multiplier * temperature * llr_clip * jump
+    else:
+        radius = 0.5 * (np.linalg.norm(white, axis=1) + np.linalg.norm(proposal_white, axis=1))
+        jump = np.linalg.norm(proposal_white - white, axis=1)
+        sigma = 2.0 * noise_multiplier * temperature * remainder_clip * jump * radius
     xi = rng.standard_normal(_SAMPLES) * sigma
     log_ratio = log_weight(proposal_white) - log_weight(white) + xi - 0.5 * sigma**2
     return float(np.mean(np.exp(np.minimum(log_ratio, 0.0))))
@@ -104,14 +114,55 @@ def predict_penalty_ess(
     independence_probability: float = 0.5,
     df: float = 7.0,
     iterations: int | None = None,
+    remainder_clip: float | None = None,
 ) -> ESSPrediction:
-    """Effective draws of ``chains × draws`` DP-penalty draws with the independence mixture."""
+    """Effective draws of ``chains × draws`` DP-penalty draws with the independence mixture.
+
+    With ``remainder_clip`` the step releases the centred ratio (see
+    :func:`independence_acceptance`)."""
     a = independence_acceptance(
-        noise_multiplier, llr_clip, covariance, temperature=temperature, df=df
+        noise_multiplier,
+        llr_clip,
+        covariance,
+        temperature=temperature,
+        df=df,
+        remainder_clip=remainder_clip,
     )
     moving = independence_probability * a
     ess = chains * draws * moving / (2.0 - moving)
     return ESSPrediction(ess, noise_multiplier, iterations or draws, draws, chains, a)
+
+
+def centred_bound_rms(
+    metric: np.ndarray,
+    centre: np.ndarray,
+    proposal_scale: np.ndarray,
+    independence: object | None,
+    *,
+    seed: int = 0,
+) -> float:
+    """Root mean square of the centred ratio's bound per unit clip, ``‖δ‖ (‖u‖ + ‖u'‖)/2``.
+
+    Public Monte Carlo over a chain at stationarity in ``N(θ_c, W Wᵀ)`` and the step's proposal
+    mixture: a random walk with per-coordinate ``proposal_scale``, or (with probability
+    ``independence.probability``) a draw of the independence proposal
+    (:class:`~pymc_dp.kernels.penalty.IndependenceProposal`).
+    """
+    rng = np.random.default_rng(seed)
+    d = centre.size
+    white = rng.standard_normal((_SAMPLES, d))
+    theta = centre + white @ metric.T
+    proposed = theta + rng.standard_normal((_SAMPLES, d)) * np.asarray(proposal_scale)
+    if independence is not None:
+        chi = rng.chisquare(independence.df, _SAMPLES)
+        t = rng.standard_normal((_SAMPLES, d)) * np.sqrt(independence.df / chi)[:, None]
+        drawn = independence.centre + t @ independence.root.T
+        pick = rng.uniform(size=_SAMPLES) < independence.probability
+        proposed = np.where(pick[:, None], drawn, proposed)
+    proposed_white = np.linalg.solve(metric, (proposed - centre).T).T
+    radius = 0.5 * (np.linalg.norm(white, axis=1) + np.linalg.norm(proposed_white, axis=1))
+    bound = np.linalg.norm(proposed_white - white, axis=1) * radius
+    return float(np.sqrt(np.mean(bound**2)))
 
 
 def predict_ess(

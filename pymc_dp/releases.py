@@ -19,6 +19,7 @@ import numpy as np
 
 __all__ = [
     "BarkerDecision",
+    "Centre",
     "Release",
     "clip_from_counts",
     "clip_ratio",
@@ -38,6 +39,19 @@ class Release(NamedTuple):
     value: float | np.ndarray
     noise_std: float
     n_clipped: int | None
+
+
+class Centre(NamedTuple):
+    """The public centre of a control-variate ratio (theory §4.1, "the centred ratio").
+
+    ``theta`` is the centre ``θ_c``; each row's gradient there enters clipped as a
+    :class:`~pymc_dp.mechanisms.GradientRelease` with ``grad_clip`` and ``precond`` clips it:
+    ``ĝ_i = ∇ℓ_i(θ_c) · min(1, b / ‖D ∇ℓ_i(θ_c)‖)``.
+    """
+
+    theta: np.ndarray
+    grad_clip: float
+    precond: np.ndarray
 
 
 class BarkerDecision(NamedTuple):

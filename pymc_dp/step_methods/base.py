@@ -300,6 +300,19 @@ class DPStep(BlockedStep):
     def _noise_is_automatic(self) -> bool:
         return False
 
+    def _refine_initialization(self) -> bool:
+        """Whether the default initialisation may refine the mode (a second reservation)."""
+        return True
+
+    def _after_initialization(
+        self, start: PrivateStart, chains: int, length: int | None
+    ) -> PrivateStart:
+        """Further accounted releases a step needs after the initialisation (default: none).
+
+        ``chains`` and ``length`` (iterations per chain, ``None`` when not given) are the plan.
+        Returns the start with their ``μ`` and phases added, for the privacy report."""
+        return start
+
     def prepare(
         self, chains: int = DEFAULT_CHAINS, tune: float | int = 0.5, draws: int | None = None
     ) -> tuple[int, int]:
@@ -332,10 +345,17 @@ class DPStep(BlockedStep):
                 theta0,
                 share=share,
                 # on the default share, a refinement may add more while the mode is uncertain
-                max_share=MAX_INIT_SHARE if self.init_share is None else None,
+                max_share=(
+                    MAX_INIT_SHARE
+                    if self.init_share is None and self._refine_initialization()
+                    else None
+                ),
                 public_rng=np.random.default_rng(self.rng.integers(2**63)),
             )
-            self._private_start = start
+            given = isinstance(tune, int | np.integer) and not isinstance(tune, bool) and draws
+            length = int(tune) + int(draws) if given else None
+            self._private_start = self._after_initialization(start, int(chains), length)
+            start = self._private_start
         elif self.automatic:
             raise InvalidParameterError(
                 f"init_share=0 leaves no budget to choose {self._automatic_settings()} "

@@ -64,8 +64,15 @@ from pymc_dp.kernels.initialization import (
     prior_hessian,
     secant_update,
 )
-from pymc_dp.mechanisms import GradientRelease, GradNormHistogram, PrivateChannel
+from pymc_dp.mechanisms import (
+    CentredLLRRelease,
+    CentredRatioHistogram,
+    GradientRelease,
+    GradNormHistogram,
+    PrivateChannel,
+)
 from pymc_dp.releases import (
+    Centre,
     Release,
     clip_from_counts,
     mean_square_from_counts,
@@ -74,7 +81,9 @@ from pymc_dp.releases import (
 __all__ = [
     "DEFAULT_INIT_SHARE",
     "MAX_INIT_SHARE",
+    "Centring",
     "PrivateStart",
+    "private_centring",
     "private_initialization",
 ]
 
@@ -584,4 +593,165 @@ def private_initialization(
         precond=precond,
         precond_clip=precond_clip,
         histograms=_HISTOGRAMS + (refined is not None),
+    )
+
+
+#: Extra grid steps (each 2^(1/4)) above the far tail for the centre's clip.
+_CENTRE_CLIP_MARGIN = 0
+#: Public pairs of points at which the centred ratios are counted.
+_CENTRING_PAIRS = 8
+
+
+class Centring(NamedTuple):
+    """What the centring phase released (all public): the control variate of the ratio.
+
+    Attributes
+    ----------
+    centre : Centre
+        ``θ_c`` (the private mode ``θ*``) and the clip of its per-row gradients.
+    gradient : ndarray
+        ``Ĝ``: the noisy clipped log-likelihood gradient sum at ``θ_c``.
+    gradient_noise : ndarray
+        Standard deviation of ``Ĝ``'s noise per coordinate.
+    metric : ndarray
+        ``W``: Cholesky factor of the private posterior covariance ``Σ̂``.
+    remainder_clip : float
+        ``h``: per-row bound on the centred ratio per unit of ``‖δ‖ (‖u‖ + ‖u'‖)/2``.
+    mu : float
+        PLD parameter spent (one reservation).
+    phases : dict
+        ``μ`` per phase: the histogram under ``"clip selection"``, the gradient under
+        ``"initialisation"``.
+    """
+
+    centre: Centre
+    gradient: np.ndarray
+    gradient_noise: np.ndarray
+    metric: np.ndarray
+    remainder_clip: float
+    mu: float
+    phases: dict[str, float]
+
+    def shift_sd(self) -> float:
+        """The largest standard deviation, in posterior sd, of the mean's shift ``Σ ξ``.
+
+        The target is the posterior tilted by ``exp(ξ·θ)``, ``ξ`` the noise of ``Ĝ``
+        (covariance ``diag(gradient_noise²)``); for a Gaussian posterior with covariance
+        ``Σ = W Wᵀ`` its mean moves by ``Σ ξ``. Public (from ``Σ̂`` and the noise scale).
+        """
+        covariance = self.metric @ self.metric.T
+        moved = covariance @ np.diag(self.gradient_noise**2) @ covariance
+        return float(np.max(np.sqrt(np.diag(moved) / np.diag(covariance))))
+
+
+def centring_pairs(
+    start: PrivateStart, metric: np.ndarray, rng: np.random.Generator, m: int
+) -> np.ndarray:
+    """``m`` public pairs ``(θ, θ')`` like the sampler's: ``θ ~ N(θ*, Σ̂)``, then a random-walk
+    jump (``2.38/√d`` in ``Σ̂``) or an independence draw (``t_7(θ*, Σ̂)``), alternately."""
+    d = start.theta.size
+    pairs = np.empty((m, 2, d))
+    for k in range(m):
+        u = rng.standard_normal(d)
+        if k % 2 == 0:
+            u_new = u + 2.38 / math.sqrt(d) * rng.standard_normal(d)
+        else:
+            u_new = rng.standard_normal(d) / math.sqrt(rng.chisquare(7.0) / 7.0)
+        pairs[k] = start.theta + np.stack([u, u_new]) @ metric.T
+    return pairs
+
+
+def private_centring(
+    channel: PrivateChannel,
+    budget: object,
+    start: PrivateStart,
+    *,
+    histogram_share: float,
+    sampler_mu: Callable[[float], float],
+    public_rng: np.random.Generator,
+    label: str = "initialization",
+) -> Centring:
+    """The control variate of :class:`~pymc_dp.mechanisms.CentredLLRRelease`, privately.
+
+    Two reservations, each made before its read (theory §7, step 8):
+
+    1. ``h``: a :class:`~pymc_dp.mechanisms.CentredRatioHistogram` (``histogram_share · M*``)
+       at ``_CENTRING_PAIRS`` public pairs drawn like the sampler's proposals
+       (:func:`centring_pairs`), its far tail (the rule of the gradient clips). The centre is
+       ``θ_c = θ*`` with the initialisation's preconditioner ``D`` and clip (the far tail of the
+       per-row norms); its per-row gradients are read, not released.
+    2. ``Ĝ``: one preconditioned :class:`~pymc_dp.mechanisms.GradientRelease` at ``θ_c`` with
+       what is left of the budget once the sampler's need ``sampler_mu(h)`` (PLD ``μ`` of the
+       planned run at its target noise, a function of the released ``h``) is set aside, and at
+       least half of it. The noise of ``Ĝ`` tilts the sampler's target by ``exp(ξ·θ)``
+       (:meth:`Centring.shift_sd`), so whatever the sampler does not need goes here.
+    """
+    space = channel.space
+    n = channel.n_rows
+    mu_histogram = float(histogram_share) * budget.capacity_mu
+    z_histogram = math.sqrt(1.0 / (2.0 * mu_histogram))
+    histogram_event = GaussianCost.from_noise_multiplier(z_histogram)
+    if not budget.fits(histogram_event, 2):
+        raise BudgetExceededError(
+            f"{budget.spent_summary()}; the centring of the ratio does not fit beside what is "
+            "already spent. Nothing was read."
+        )
+    precond = np.ones(space.ndim) if start.precond is None else start.precond
+    budget.reserve(histogram_event, 2, mechanism=f"{label} (centring histograms)")
+    channel.counter.allow(histogram_event, 2)
+    # the centre's clip: its own histogram of ‖D ∇ℓ_i(θ_c)‖, read with two grid steps of margin
+    # (the centre release carries the location: what its clip cuts is a bias)
+    norms = GradNormHistogram(
+        channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, precond=precond
+    )(start.theta)
+    clip = clip_from_counts(
+        norms.value,
+        HISTOGRAM_EDGES,
+        norms.noise_std,
+        n,
+        steps_up=_hidden_margin(norms.noise_std, n) + _CENTRE_CLIP_MARGIN,
+    )
+    if not np.isfinite(clip):
+        clip = start.grad_clip if start.precond_clip is None else start.precond_clip
+    centre = Centre(np.array(start.theta, dtype=float), float(clip), precond)
+    metric = np.linalg.cholesky(start.covariance)
+    template = CentredLLRRelease(  # for the bound only: it releases nothing
+        channel,
+        centre=centre,
+        centre_gradient=np.zeros(space.ndim),
+        metric=metric,
+        remainder_clip=1.0,
+        noise_multiplier=1.0,
+    )
+    pairs = centring_pairs(start, metric, public_rng, _CENTRING_PAIRS)
+    pairs = np.array([p for p in pairs if space.in_support(p[0]) and space.in_support(p[1])])
+    histogram = CentredRatioHistogram(
+        channel, ratio=template, pairs=pairs, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram
+    )
+    counts = histogram()
+    m = pairs.shape[0]
+    remainder_clip = _clip(counts.value, counts.noise_std, n * m, "centred ratios", per_row=m)
+
+    remaining = budget.report().remaining_mu
+    if remaining is None:  # non-Gaussian spending on this ledger: a share of what is left
+        remaining = max(budget.capacity_mu - start.mu - mu_histogram, 0.0)
+    mu_gradient = max(remaining - float(sampler_mu(remainder_clip)), 0.5 * remaining)
+    z_gradient = math.sqrt(1.0 / (2.0 * mu_gradient))
+    gradient_event = GaussianCost.from_noise_multiplier(z_gradient)
+    budget.reserve(gradient_event, 1, mechanism=f"{label} (centre)")
+    channel.counter.allow(gradient_event, 1)
+    released = GradientRelease(
+        channel, grad_clip=clip, noise_multiplier=z_gradient, precond=precond
+    )(centre.theta)
+    return Centring(
+        centre=centre,
+        gradient=np.asarray(released.value, dtype=float),
+        gradient_noise=np.full(space.ndim, released.noise_std) / precond,
+        metric=metric,
+        remainder_clip=remainder_clip,
+        mu=float(2 * histogram_event.gaussian_mu() + gradient_event.gaussian_mu()),
+        phases={
+            "clip selection": 2 * float(histogram_event.gaussian_mu()),
+            "initialisation": float(gradient_event.gaussian_mu()),
+        },
     )
