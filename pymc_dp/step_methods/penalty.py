@@ -119,14 +119,15 @@ class DPPenalty(DPStep):
         approximation with probability ½ per iteration (with the Hastings term). Default True.
     control_variate : bool
         Default True: on the automatic full-data step, release the ratio less its linear part
-        at the private mode (theory §4.1, "the centred ratio"): one gradient release there
-        (half the budget's capacity) pays for the first-order term once, and each iteration
-        releases only the second-order remainder, whose clip is smaller by about the jump over
-        the distance to the mode's scale: hundreds of times more iterations for the same
-        budget at n = 10⁵. The target is the posterior tilted by ``exp(ξ·θ)``, ``ξ`` the
-        centre release's noise (its mean moves by about ``Σ ξ``, stated in the metadata as
-        ``dp_centre_shift_sd``). False: the plain ratio of the DP penalty paper. Ignored with an
-        explicit ``llr_clip``, ``batch_size`` or ``init_share=0``.
+        at the private mode (theory §4.1, "the centred ratio"). One gradient release there,
+        with what the planned sampler does not need of the budget, pays for the first-order
+        term once; each iteration releases only the second-order remainder, whose clip is
+        smaller by about the distance to the mode in posterior sd times the posterior's scale:
+        hundreds of times more iterations for the same budget at n = 10⁵. The target is the
+        posterior tilted by ``exp(ξ·θ)``, ``ξ`` the centre release's noise (its mean moves by
+        about ``Σ ξ``, stated in the metadata as ``dp_centre_shift_sd``). False: the plain
+        ratio of the DP penalty paper. Ignored with an explicit ``llr_clip``, ``batch_size`` or
+        ``init_share=0``.
     init_share : float, optional
         Share of the budget's Gaussian capacity spent on the private initialisation (start,
         scale, clip; theory §7). Default 0.1 when a setting is automatic, else none; 0 turns it
