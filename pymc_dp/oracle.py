@@ -927,7 +927,6 @@ class RowLikelihood:
         row is ``2B``, as for :meth:`clipped_llr_sum`. Over all rows; per-row values cached.
         """
         bound = float(self._check_bound(bound, "bound"))
-        theta, theta_new = self.space.as_theta(theta), self.space.as_theta(theta_new)
         ratio = self.centred_ratio_rows(theta, theta_new, centre)
         over = releases.count_clipped(ratio, bound) if count_clipped else None
         return ClippedSum(float(releases.clip_ratio(ratio, bound).sum()), over)

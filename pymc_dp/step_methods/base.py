@@ -70,6 +70,13 @@ _MIN_CHAIN_LENGTH = 50
 _MAX_CHAIN_LENGTH = 4000
 
 
+def _given_length(tune: float | int, draws: int | None) -> int | None:
+    """Iterations per chain when ``tune`` and ``draws`` are both counts, else ``None``."""
+    if isinstance(tune, int | np.integer) and not isinstance(tune, bool) and draws:
+        return int(tune) + int(draws)
+    return None
+
+
 @dataclass_state
 class DPStepState(StepMethodState):
     """A DP step's restorable state (``step.sampling_state``): public state only.
@@ -352,8 +359,7 @@ class DPStep(BlockedStep):
                 ),
                 public_rng=np.random.default_rng(self.rng.integers(2**63)),
             )
-            given = isinstance(tune, int | np.integer) and not isinstance(tune, bool) and draws
-            length = int(tune) + int(draws) if given else None
+            length = _given_length(tune, draws)
             self._private_start = self._after_initialization(start, int(chains), length)
             start = self._private_start
         elif self.automatic:
@@ -374,8 +380,9 @@ class DPStep(BlockedStep):
 
     def _chain_length(self, chains: int, tune: float | int, draws: int | None) -> int:
         """Each chain's planned length: given counts, else the target noise's (clamped)."""
-        if isinstance(tune, int | np.integer) and not isinstance(tune, bool) and draws:
-            return int(tune) + int(draws)
+        given = _given_length(tune, draws)
+        if given is not None:
+            return given
         remaining = self.budget.report().remaining_mu
         mu_target = self._unit_cost(1.0).gaussian_mu()
         if remaining is None or mu_target is None or mu_target <= 0:

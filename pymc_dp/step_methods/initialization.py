@@ -596,8 +596,6 @@ def private_initialization(
     )
 
 
-#: Extra grid steps (each 2^(1/4)) above the far tail for the centre's clip.
-_CENTRE_CLIP_MARGIN = 0
 #: Public pairs of points at which the centred ratios are counted.
 _CENTRING_PAIRS = 8
 
@@ -618,9 +616,9 @@ class Centring(NamedTuple):
     remainder_clip : float
         ``h``: per-row bound on the centred ratio per unit of ``‖δ‖ (‖u‖ + ‖u'‖)/2``.
     mu : float
-        PLD parameter spent (one reservation).
+        PLD parameter spent (two reservations).
     phases : dict
-        ``μ`` per phase: the histogram under ``"clip selection"``, the gradient under
+        ``μ`` per phase: the two histograms under ``"clip selection"``, the gradient under
         ``"initialisation"``.
     """
 
@@ -675,11 +673,13 @@ def private_centring(
 
     Two reservations, each made before its read (theory §7, step 8):
 
-    1. ``h``: a :class:`~pymc_dp.mechanisms.CentredRatioHistogram` (``histogram_share · M*``)
-       at ``_CENTRING_PAIRS`` public pairs drawn like the sampler's proposals
-       (:func:`centring_pairs`), its far tail (the rule of the gradient clips). The centre is
-       ``θ_c = θ*`` with the initialisation's preconditioner ``D`` and clip (the far tail of the
-       per-row norms); its per-row gradients are read, not released.
+    1. Two histograms of ``histogram_share · M*`` each. A
+       :class:`~pymc_dp.mechanisms.GradNormHistogram` of ``‖D ∇ℓ_i(θ_c)‖`` at ``θ_c = θ*``
+       (the initialisation's preconditioner ``D``) gives the centre's clip, the far tail of the
+       per-row norms there; the centre's per-row gradients are read, not released. A
+       :class:`~pymc_dp.mechanisms.CentredRatioHistogram` at ``_CENTRING_PAIRS`` public pairs
+       drawn like the sampler's proposals (:func:`centring_pairs`) gives ``h``, its far tail
+       (the rule of the gradient clips).
     2. ``Ĝ``: one preconditioned :class:`~pymc_dp.mechanisms.GradientRelease` at ``θ_c`` with
        what is left of the budget once the sampler's need ``sampler_mu(h)`` (PLD ``μ`` of the
        planned run at its target noise, a function of the released ``h``) is set aside, and at
@@ -699,18 +699,13 @@ def private_centring(
     precond = np.ones(space.ndim) if start.precond is None else start.precond
     budget.reserve(histogram_event, 2, mechanism=f"{label} (centring histograms)")
     channel.counter.allow(histogram_event, 2)
-    # the centre's clip: its own histogram of ‖D ∇ℓ_i(θ_c)‖, read with two grid steps of margin
-    # (the centre release carries the location: what its clip cuts is a bias)
+    # the centre's clip: its own histogram of ‖D ∇ℓ_i(θ_c)‖ (the centre release carries the
+    # location, so what its clip cuts is a bias: a bound at θ_c, not the initialisation's at θ₁)
     norms = GradNormHistogram(
         channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, precond=precond
     )(start.theta)
-    clip = clip_from_counts(
-        norms.value,
-        HISTOGRAM_EDGES,
-        norms.noise_std,
-        n,
-        steps_up=_hidden_margin(norms.noise_std, n) + _CENTRE_CLIP_MARGIN,
-    )
+    steps_up = _hidden_margin(norms.noise_std, n)
+    clip = clip_from_counts(norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up)
     if not np.isfinite(clip):
         clip = start.grad_clip if start.precond_clip is None else start.precond_clip
     centre = Centre(np.array(start.theta, dtype=float), float(clip), precond)

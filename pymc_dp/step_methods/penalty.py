@@ -24,7 +24,7 @@ from pymc_dp.mechanisms import (
 )
 from pymc_dp.prediction import centred_bound_rms, predict_penalty_ess
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
-from pymc_dp.step_methods.base import DEFAULT_CHAINS, DPStep
+from pymc_dp.step_methods.base import DEFAULT_CHAINS, DPStep, _given_length
 from pymc_dp.step_methods.initialization import PrivateStart, private_centring
 from pymc_dp.step_methods.options import (
     check_batch_size,
@@ -265,9 +265,9 @@ class DPPenalty(DPStep):
 
     def _chain_length(self, chains: int, tune: float | int, draws: int | None) -> int:
         """With the centred ratio, the length the centring planned the budget split for."""
-        length = super()._chain_length(chains, tune, draws)
-        given = isinstance(tune, int | np.integer) and not isinstance(tune, bool) and draws
-        return _CENTRED_CHAIN_LENGTH if self._centring is not None and not given else length
+        if self._centring is not None and _given_length(tune, draws) is None:
+            return _CENTRED_CHAIN_LENGTH
+        return super()._chain_length(chains, tune, draws)
 
     def _refine_initialization(self) -> bool:
         return not self._uses_control_variate()  # the centre's gradient locates the posterior
