@@ -57,8 +57,10 @@ from pymc_dp.releases import BarkerDecision, Centre, Release
 
 __all__ = [
     "BarkerTest",
+    "CentreGradientRelease",
     "CentredLLRRelease",
     "CentredRatioHistogram",
+    "FisherRelease",
     "GradNormHistogram",
     "GradientRelease",
     "LLRRelease",
@@ -247,6 +249,19 @@ class Mechanism(ABC):
         return self.channel._oracle
 
 
+class _GaussianMechanism(Mechanism):
+    """A mechanism released once per call with Gaussian noise of multiplier ``noise_multiplier``.
+
+    Event: one Gaussian mechanism, PLD parameter ``1/(2z²)``.
+    """
+
+    noise_multiplier: float
+
+    @property
+    def event(self) -> PrivacyCost:
+        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
+
+
 class _NoisySum(Mechanism):
     """Shared parameters of the Gaussian releases of a clipped sum: ``z``, ``T``, diagnostics.
 
@@ -366,7 +381,9 @@ class CentredLLRRelease(_NoisySum):
         if gradient.shape != (d,) or not np.all(np.isfinite(gradient)):
             raise InvalidParameterError(f"centre_gradient must be {d} finite numbers.")
         self.centre = Centre(
-            np.array(centre.theta, dtype=float), float(centre.grad_clip), centre.precond.copy()
+            np.array(centre.theta, dtype=float),
+            float(centre.grad_clip),
+            self._oracle._whitening(centre.whitening).copy(),
         )
         self.centre_gradient = gradient.copy()
         self.metric = np.tril(metric)
@@ -454,7 +471,97 @@ class GradientRelease(_NoisySum):
         return Release(t * value, t * sigma, clipped.n_clipped)
 
 
-class GradNormHistogram(Mechanism):
+class CentreGradientRelease(_GaussianMechanism):
+    """The centre's noisy clipped gradient sum ``Ĝ`` of :class:`CentredLLRRelease` (released once).
+
+    With the :class:`~pymc_dp.oracle.Centre`'s whitening ``P`` and clip ``b``, the rows'
+    clipped gradients ``ĝ_i = ∇ℓ_i(θ_c) · min(1, b / ‖P ∇ℓ_i(θ_c)‖)`` (computed once in the
+    oracle, never released) are summed and released as ``Ĝ = P⁻¹ (P Σ_i ĝ_i + N(0, σ² I))``,
+    ``σ = z · 2b``: ``P⁻¹`` times the Gaussian mechanism on ``P Σ_i ĝ_i``, whose sensitivity
+    under substitution of one row is ``2b`` (``‖P ĝ_i‖ ≤ b``). Event: one Gaussian mechanism,
+    PLD parameter ``1/(2z²)``. The noise of ``Ĝ`` has covariance ``σ² P⁻¹ P⁻ᵀ``
+    (:attr:`noise_covariance`): in whitened coordinates the same in every direction.
+    """
+
+    def __init__(self, channel: PrivateChannel, *, centre: Centre, noise_multiplier: float) -> None:
+        super().__init__(channel)
+        self.centre = Centre(
+            np.array(centre.theta, dtype=float),
+            float(self._oracle._check_bound(centre.grad_clip, "grad_clip")),
+            self._oracle._whitening(centre.whitening).copy(),
+        )
+        self.noise_multiplier = float(noise_multiplier)
+        self._finish()
+
+    @property
+    def noise_std(self) -> float:
+        """``σ``: the noise's standard deviation in whitened coordinates."""
+        return self.noise_multiplier * 2.0 * self.centre.grad_clip
+
+    @property
+    def noise_covariance(self) -> np.ndarray:
+        """Covariance ``σ² P⁻¹ P⁻ᵀ`` of the noise of ``Ĝ`` (public)."""
+        inverse = np.linalg.inv(self.centre.whitening)
+        return self.noise_std**2 * inverse @ inverse.T
+
+    def __call__(self) -> Release:
+        if not self.channel.space.in_support(self.centre.theta):
+            raise InvalidParameterError("the centre must be a point inside the model's support.")
+        self._record()  # checked against the reservation before the data are read
+        whitening = self.centre.whitening
+        total = self._oracle.centre_rows(self.centre).sum(axis=0)
+        noisy = self.channel.noise.release(whitening @ total, self.noise_std)
+        return Release(np.linalg.solve(whitening, noisy), self.noise_std, None)
+
+
+class FisherRelease(_GaussianMechanism):
+    """Noisy clipped empirical Fisher information ``Σ_i v_i v_iᵀ`` (a private curvature).
+
+    ``v_i = D ∇ℓ_i(θ) · min(1, b / ‖D ∇ℓ_i(θ)‖)`` with a public positive ``precond`` ``D`` and
+    clip ``b`` (:meth:`~pymc_dp.oracle.RowLikelihood.clipped_fisher`). The release is the
+    symmetric matrix whose upper triangle (diagonal included) carries independent
+    ``N(0, σ²)`` noise, ``σ = z · √2 b²``: substituting row ``v`` by ``w`` changes the matrix by
+    ``w wᵀ − v vᵀ``, whose Frobenius norm is at most ``√(‖v‖⁴ + ‖w‖⁴) ≤ √2 b²`` (the cross term
+    ``(v·w)²`` is never negative), and the upper triangle's L2 norm is at most the Frobenius
+    norm. Event: one Gaussian mechanism, PLD parameter ``1/(2z²)``. Near the mode of a
+    well-specified model ``D⁻¹ F D⁻¹`` estimates the likelihood's information (the negative
+    Hessian of the log-likelihood): a posterior covariance from one release, post-processing.
+    """
+
+    def __init__(
+        self,
+        channel: PrivateChannel,
+        *,
+        grad_clip: float,
+        noise_multiplier: float,
+        precond: np.ndarray | None = None,
+    ) -> None:
+        super().__init__(channel)
+        self.grad_clip = float(self._oracle._check_bound(grad_clip, "grad_clip"))
+        self.precond = self._oracle._precond(precond).astype(float).copy()
+        self.noise_multiplier = float(noise_multiplier)
+        self._finish()
+
+    @property
+    def sensitivity(self) -> float:
+        """L2 sensitivity of the upper triangle: ``√2 b²``."""
+        return math.sqrt(2.0) * self.grad_clip**2
+
+    def __call__(self, theta: np.ndarray) -> Release:
+        space = self.channel.space
+        if not space.in_support(theta):
+            raise InvalidParameterError("the Fisher release needs a point inside the support.")
+        self._record()  # checked against the reservation before the data are read
+        fisher = self._oracle.clipped_fisher(theta, self.grad_clip, self.precond)
+        upper = np.triu_indices(space.ndim)
+        sigma = self.noise_multiplier * self.sensitivity
+        noisy = np.zeros_like(fisher)
+        noisy[upper] = self.channel.noise.release(fisher[upper], sigma)
+        noisy = np.triu(noisy) + np.triu(noisy, 1).T
+        return Release(noisy, sigma, None)
+
+
+class GradNormHistogram(_GaussianMechanism):
     """Noisy histogram of the per-row gradient norms ``‖∇_θ ℓ_i(θ)‖₂`` (private clip choice).
 
     Counts over the bins of ``edges`` (see :meth:`RowLikelihood.grad_norm_counts`) plus
@@ -467,7 +574,8 @@ class GradNormHistogram(Mechanism):
     ``1/(2z²)``. A quantile of the released counts
     (:func:`pymc_dp.releases.quantile_from_counts`, :func:`~pymc_dp.releases.clip_from_counts`)
     is post-processing. With ``precond`` ``D`` the norms (or slopes) are those of ``D ∇ℓ_i``
-    (the bound of a preconditioned :class:`GradientRelease`); the sensitivity is unchanged.
+    (the bound of a preconditioned :class:`GradientRelease`), with ``whitening`` ``P`` those of
+    ``P ∇ℓ_i`` (the bound of a :class:`CentreGradientRelease`); the sensitivity is unchanged.
     """
 
     def __init__(
@@ -478,6 +586,7 @@ class GradNormHistogram(Mechanism):
         noise_multiplier: float,
         directions: np.ndarray | None = None,
         precond: np.ndarray | None = None,
+        whitening: np.ndarray | None = None,
     ) -> None:
         super().__init__(channel)
         edges = np.asarray(edges, dtype=float)
@@ -495,7 +604,10 @@ class GradNormHistogram(Mechanism):
                 )
         self.edges = edges
         self.directions = directions
+        if precond is not None and whitening is not None:
+            raise InvalidParameterError("give precond or whitening, not both.")
         self.precond = None if precond is None else self._oracle._precond(precond).copy()
+        self.whitening = None if whitening is None else self._oracle._whitening(whitening).copy()
         self.noise_multiplier = float(noise_multiplier)
         self._finish()
 
@@ -505,10 +617,6 @@ class GradNormHistogram(Mechanism):
         m = 1 if self.directions is None else self.directions.shape[0]
         return math.sqrt(2.0) * m
 
-    @property
-    def event(self) -> PrivacyCost:
-        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
-
     def __call__(self, theta: np.ndarray) -> Release:
         space = self.channel.space
         if not space.in_support(theta):
@@ -516,12 +624,14 @@ class GradNormHistogram(Mechanism):
                 "the gradient-norm histogram needs a point inside the model's support."
             )
         self._record()  # checked against the reservation before the data are read
-        counts = self._oracle.grad_norm_counts(theta, self.edges, self.directions, self.precond)
+        counts = self._oracle.grad_norm_counts(
+            theta, self.edges, self.directions, self.precond, self.whitening
+        )
         sigma = self.noise_multiplier * self.sensitivity
         return Release(self.channel.noise.release(counts, sigma), sigma, None)
 
 
-class CentredRatioHistogram(Mechanism):
+class CentredRatioHistogram(_GaussianMechanism):
     """Noisy histogram of normalised centred ratios (the private choice of the remainder clip).
 
     At ``m`` public pairs ``(θ_k, θ'_k)`` the values counted are ``|r_i(θ_k, θ'_k)| / s_k`` with
@@ -559,10 +669,6 @@ class CentredRatioHistogram(Mechanism):
     def sensitivity(self) -> float:
         """L2 sensitivity of the counts: ``√2·m``."""
         return math.sqrt(2.0) * self.pairs.shape[0]
-
-    @property
-    def event(self) -> PrivacyCost:
-        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
 
     def __call__(self) -> Release:
         space = self.channel.space

@@ -945,21 +945,43 @@ class RowLikelihood:
 
         Computed once per centre (one gradient pass) and kept; non-finite entries are zero, as in
         the clipped gradient sum, so ``Σ_i ĝ_i`` is what a :class:`GradientRelease` with the
-        centre's clip and preconditioner releases with noise.
+        centre's clip and whitening releases with noise.
         """
-        weights = self._precond(centre.precond).astype(float)
+        whitening = self._whitening(centre.whitening)
         bound = float(self._check_bound(centre.grad_clip, "grad_clip"))
         theta = np.asarray(self.space.as_theta(centre.theta), dtype=float)
-        key = theta.tobytes() + np.float64(bound).tobytes() + weights.tobytes()
+        key = theta.tobytes() + np.float64(bound).tobytes() + whitening.tobytes()
         if self._centre_cache is not None and self._centre_cache[0] == key:
             return self._centre_cache[1]
         grads = self.grad_rows(theta)
         grads = np.where(np.abs(grads) < np.inf, grads, 0.0)
-        norms = np.linalg.norm(grads * weights, axis=1)
+        norms = np.linalg.norm(grads @ whitening.T, axis=1)
         scale = bound / np.maximum(norms, bound)
         rows = grads * scale[:, None]
         self._centre_cache = (key, rows)
         return rows
+
+    def clipped_fisher(
+        self, theta: np.ndarray, grad_clip: float, precond: np.ndarray
+    ) -> np.ndarray:
+        """``Σ_i v_i v_iᵀ`` with ``v_i = D ∇ℓ_i(θ) · min(1, b / ‖D ∇ℓ_i(θ)‖)``. Not private.
+
+        The empirical Fisher information of the rows in the scaled coordinates of ``D`` (a
+        public positive vector), each row clipped to ``‖v_i‖ ≤ b``; non-finite rows count as
+        zero. Only :class:`pymc_dp.mechanisms.FisherRelease` releases it, with noise. Chunked.
+        """
+        theta = self.space.as_theta(theta)
+        weights = self._precond(precond).astype(float)
+        bound = float(self._check_bound(grad_clip, "grad_clip"))
+        fn = self._grad_rows_fn()
+        total = np.zeros((self.ndim, self.ndim))
+        for chunk in self._chunks(None, True):
+            scaled = np.asarray(self._private_call(fn, theta, *chunk), dtype=float) * weights
+            scaled = np.where(np.abs(scaled) < np.inf, scaled, 0.0)
+            norms = np.linalg.norm(scaled, axis=1)
+            scaled *= (bound / np.maximum(norms, bound))[:, None]
+            total += scaled.T @ scaled
+        return total
 
     def centred_ratio_counts(
         self,
@@ -1019,6 +1041,7 @@ class RowLikelihood:
         edges: np.ndarray,
         directions: np.ndarray | None = None,
         precond: np.ndarray | None = None,
+        whitening: np.ndarray | None = None,
     ) -> np.ndarray:
         """Rows whose log-likelihood gradient norm ``‖∇_θ ℓ_i(θ)‖₂`` falls in each bin.
 
@@ -1027,16 +1050,22 @@ class RowLikelihood:
         unit vectors) the values counted are the ``m`` directional derivatives
         ``|∇_θ ℓ_i(θ) · u_k|`` of every row instead (``m n`` values). Exact counts, so NOT
         private: only :class:`pymc_dp.mechanisms.GradNormHistogram` releases them, with noise.
-        With ``precond`` (``D``) the norms are those of ``D ∇ℓ_i``. Chunked: the ``(n, d)``
-        gradient matrix is never held at once.
+        With ``precond`` (``D``) the norms are those of ``D ∇ℓ_i``, with ``whitening`` (a
+        ``d × d`` matrix ``P``, instead) those of ``P ∇ℓ_i``. Chunked: the ``(n, d)`` gradient
+        matrix is never held at once.
         """
         theta = self.space.as_theta(theta)
         weights = self._precond(precond)
+        if whitening is not None:
+            if precond is not None:
+                raise InvalidParameterError("give precond or whitening, not both.")
+            matrix = self._whitening(whitening)
         edges = np.asarray(edges, dtype=float)
         fn = self._grad_rows_fn()
         counts = np.zeros(edges.size + 1, dtype=np.int64)
         for chunk in self._chunks(None, True):
-            grads = self._private_call(fn, theta, *chunk) * weights
+            grads = self._private_call(fn, theta, *chunk)
+            grads = grads * weights if whitening is None else grads @ matrix.T
             if directions is None:
                 norms = np.linalg.norm(grads, axis=1)
             else:
@@ -1073,6 +1102,18 @@ class RowLikelihood:
                 f"precond must be {self.ndim} positive finite numbers, got shape {weights.shape}."
             )
         return weights
+
+    def _whitening(self, whitening: np.ndarray) -> np.ndarray:
+        """A clip's whitening matrix ``P``: ``d × d``, finite and invertible (public)."""
+        matrix = np.asarray(whitening, dtype=float)
+        d = self.ndim
+        if matrix.shape != (d, d) or not np.all(np.isfinite(matrix)):
+            raise InvalidParameterError(
+                f"whitening must be a finite ({d}, {d}) matrix, got shape {matrix.shape}."
+            )
+        if np.linalg.cond(matrix) > 1e12:
+            raise InvalidParameterError("whitening must be an invertible matrix.")
+        return matrix
 
     @staticmethod
     def _check_bound(value: float, name: str) -> np.ndarray:

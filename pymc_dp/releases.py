@@ -44,14 +44,16 @@ class Release(NamedTuple):
 class Centre(NamedTuple):
     """The public centre of a control-variate ratio (theory §4.1, "the centred ratio").
 
-    ``theta`` is the centre ``θ_c``; each row's gradient there enters clipped as a
-    :class:`~pymc_dp.mechanisms.GradientRelease` with ``grad_clip`` and ``precond`` clips it:
-    ``ĝ_i = ∇ℓ_i(θ_c) · min(1, b / ‖D ∇ℓ_i(θ_c)‖)``.
+    ``theta`` is the centre ``θ_c``; each row's gradient there enters clipped in the norm of the
+    public invertible ``d × d`` matrix ``whitening`` ``P``:
+    ``ĝ_i = ∇ℓ_i(θ_c) · min(1, b / ‖P ∇ℓ_i(θ_c)‖)``, ``b`` = ``grad_clip``. With ``P = Wᵀ``
+    (``W`` a Cholesky factor of the posterior covariance, rescaled) ``P ∇ℓ_i`` is row ``i``'s
+    gradient in whitened coordinates, where every direction carries the same information.
     """
 
     theta: np.ndarray
     grad_clip: float
-    precond: np.ndarray
+    whitening: np.ndarray
 
 
 class BarkerDecision(NamedTuple):

@@ -25,13 +25,21 @@ from pymc_dp import RowLikelihood
 from pymc_dp.accounting import GaussianCost
 from pymc_dp.convergence import check_convergence
 from pymc_dp.errors import BudgetExceededError, InvalidParameterError
+from pymc_dp.kernels.initialization import covariance_from_fisher, newton_step
 from pymc_dp.kernels.penalty import (
     PenaltyMechanisms,
     PenaltyParams,
     PenaltyState,
     penalty_kernel,
 )
-from pymc_dp.mechanisms import CentredLLRRelease, CentredRatioHistogram, PrivateChannel
+from pymc_dp.mechanisms import (
+    CentredLLRRelease,
+    CentredRatioHistogram,
+    CentreGradientRelease,
+    FisherRelease,
+    GradNormHistogram,
+    PrivateChannel,
+)
 from pymc_dp.noise import NoiseSource
 from pymc_dp.releases import Centre
 from pymc_dp.testing import Banana
@@ -63,7 +71,7 @@ def centred_cases(draw):
     clip = draw(st.floats(1e-2, 1e3))
     bound = draw(st.floats(1e-4, 1e3))
     k = draw(st.integers(0, 3))
-    return theta, theta_new, Centre(centre, clip, np.ones(SPEC.d)), bound, k
+    return theta, theta_new, Centre(centre, clip, np.eye(SPEC.d)), bound, k
 
 
 @settings(max_examples=60, deadline=None)
@@ -80,9 +88,9 @@ def test_substituting_one_row_moves_the_centred_ratio_sum_by_at_most_2B(case):
 def test_the_centred_ratio_is_the_ratio_less_the_clipped_centre_gradients():
     base, _ = neighbouring_oracles()
     theta, theta_new = np.array([0.2, -0.1]), np.array([0.5, 0.4])
-    centre = Centre(np.array([1.0, -1.0]), 3.0, np.array([1.0, 2.0]))
+    centre = Centre(np.array([1.0, -1.0]), 3.0, np.array([[1.0, 0.0], [0.5, 2.0]]))
     grads = base.grad_rows(centre.theta)
-    scale = np.minimum(1.0, 3.0 / np.linalg.norm(grads * centre.precond, axis=1))
+    scale = np.minimum(1.0, 3.0 / np.linalg.norm(grads @ centre.whitening.T, axis=1))
     assert np.any(scale < 1) and np.any(scale == 1)  # some rows clipped, some not
     expected = base.loglik_rows(theta_new) - base.loglik_rows(theta)
     expected -= (grads * scale[:, None]) @ (theta_new - theta)
@@ -95,7 +103,7 @@ def test_the_centred_ratio_is_the_ratio_less_the_clipped_centre_gradients():
 
 def _release(channel: PrivateChannel, **overrides) -> CentredLLRRelease:
     options = dict(
-        centre=Centre(np.zeros(SPEC.d), 10.0, np.ones(SPEC.d)),
+        centre=Centre(np.zeros(SPEC.d), 10.0, np.eye(SPEC.d)),
         centre_gradient=np.array([3.0, -2.0]),
         metric=np.diag([0.5, 2.0]),
         remainder_clip=0.3,
@@ -152,6 +160,139 @@ def test_bad_centred_release_parameters_are_refused():
         _release(channel, centre_gradient=np.array([np.nan, 1.0]))
 
 
+@st.composite
+def whitened_centres(draw):
+    coords = st.floats(-3, 3, allow_nan=False)
+    theta = draw(st.lists(coords, min_size=SPEC.d, max_size=SPEC.d).map(np.array))
+    diagonal = draw(st.lists(st.floats(0.05, 20.0), min_size=SPEC.d, max_size=SPEC.d))
+    below = draw(st.floats(-5.0, 5.0))
+    whitening = np.diag(diagonal) + np.array([[0.0, 0.0], [below, 0.0]])
+    clip = draw(st.floats(1e-2, 1e3))
+    return Centre(theta, clip, whitening), draw(st.integers(0, 3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(whitened_centres())
+def test_substituting_one_row_moves_the_whitened_centre_sum_by_at_most_2b(case):
+    centre, k = case
+    base, neighbours = neighbouring_oracles()
+    a = centre.whitening @ base.centre_rows(centre).sum(axis=0)
+    b = centre.whitening @ neighbours[k].centre_rows(centre).sum(axis=0)
+    assert np.all(np.isfinite(a)) and np.all(np.isfinite(b))
+    assert np.linalg.norm(a - b) <= 2 * centre.grad_clip * (1 + 1e-9)
+
+
+def test_the_centre_release_is_whitened_gaussian_noise_on_the_clipped_sum():
+    base, _ = neighbouring_oracles()
+    channel = PrivateChannel(base, NoiseSource(21))
+    whitening = np.array([[2.0, 0.0], [1.5, 0.25]])
+    centre = Centre(np.array([0.5, -0.5]), 4.0, whitening)
+    release = CentreGradientRelease(channel, centre=centre, noise_multiplier=0.8)
+    assert release.event == GaussianCost(1 / (2 * 0.8**2))
+    assert release.noise_std == pytest.approx(0.8 * 2 * 4.0)
+    channel.counter.allow(release.event, 2000)
+    exact = base.centre_rows(centre).sum(axis=0)
+    draws = np.array([release().value for _ in range(2000)])
+    whitened = (draws - exact) @ whitening.T  # the noise in whitened coordinates: N(0, σ² I)
+    np.testing.assert_allclose(np.cov(whitened.T), release.noise_std**2 * np.eye(2), atol=6.0)
+    np.testing.assert_allclose(np.cov(draws.T), release.noise_covariance, rtol=0.15)
+    assert np.all(np.abs(draws.mean(axis=0) - exact) < 4 * np.sqrt(np.diag(np.cov(draws.T)) / 2000))
+    reads = channel.reads
+    with pytest.raises(BudgetExceededError):  # past the reservation: refused before reading
+        release()
+    assert channel.reads == reads
+    with pytest.raises(InvalidParameterError, match="whitening"):
+        CentreGradientRelease(
+            channel, centre=Centre(centre.theta, 4.0, np.ones((2, 2))), noise_multiplier=1.0
+        )
+
+
+def test_the_whitened_norm_histogram_counts_the_norms_of_p_times_the_gradients():
+    base, _ = neighbouring_oracles()
+    whitening = np.array([[0.5, 0.0], [-1.0, 3.0]])
+    theta = np.array([0.2, 0.7])
+    norms = np.linalg.norm(base.grad_rows(theta) @ whitening.T, axis=1)
+    expected = np.bincount(np.searchsorted(EDGES, norms, side="left"), minlength=EDGES.size + 1)
+    counts = base.grad_norm_counts(theta, EDGES, whitening=whitening)
+    np.testing.assert_array_equal(counts, expected)
+    channel = PrivateChannel(base, NoiseSource(22))
+    histogram = GradNormHistogram(channel, edges=EDGES, noise_multiplier=1e-9, whitening=whitening)
+    assert histogram.sensitivity == pytest.approx(np.sqrt(2))
+    np.testing.assert_allclose(histogram(theta).value, expected, atol=1e-6)
+    with pytest.raises(InvalidParameterError, match="not both"):
+        GradNormHistogram(
+            channel, edges=EDGES, noise_multiplier=1.0, whitening=whitening, precond=np.ones(2)
+        )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(-3, 3), min_size=SPEC.d, max_size=SPEC.d).map(np.array),
+    st.lists(st.floats(0.05, 20.0), min_size=SPEC.d, max_size=SPEC.d).map(np.array),
+    st.floats(1e-2, 1e3),
+    st.integers(0, 3),
+)
+def test_substituting_one_row_moves_the_clipped_fisher_by_at_most_root_two_b_squared(
+    theta, precond, clip, k
+):
+    base, neighbours = neighbouring_oracles()
+    a = base.clipped_fisher(theta, clip, precond)
+    b = neighbours[k].clipped_fisher(theta, clip, precond)
+    upper = np.triu_indices(SPEC.d)
+    assert np.linalg.norm(a[upper] - b[upper]) <= np.sqrt(2) * clip**2 * (1 + 1e-9)
+
+
+def test_the_fisher_release_is_symmetric_noise_on_the_clipped_fisher():
+    base, _ = neighbouring_oracles()
+    channel = PrivateChannel(base, NoiseSource(23))
+    precond = np.array([1.0, 3.0])
+    release = FisherRelease(channel, grad_clip=5.0, noise_multiplier=2.0, precond=precond)
+    assert release.event == GaussianCost(1 / (2 * 2.0**2))
+    theta = np.array([0.3, -0.2])
+    exact = base.clipped_fisher(theta, 5.0, precond)
+    grads = base.grad_rows(theta) * precond
+    grads *= np.minimum(1.0, 5.0 / np.linalg.norm(grads, axis=1))[:, None]
+    np.testing.assert_allclose(exact, grads.T @ grads)
+    channel.counter.allow(release.event, 1000)
+    draws = np.array([release(theta).value for _ in range(1000)])
+    assert np.all(draws == np.swapaxes(draws, 1, 2))
+    noise = (draws - exact).reshape(1000, -1)
+    sigma = 2.0 * np.sqrt(2) * 25.0
+    np.testing.assert_allclose(noise.std(axis=0), sigma, rtol=0.1)
+    assert abs(np.corrcoef(noise[:, 0], noise[:, 3])[0, 1]) < 0.15  # independent entries
+    reads = channel.reads
+    with pytest.raises(BudgetExceededError):
+        release(theta)
+    assert channel.reads == reads
+
+
+def test_the_covariance_from_the_fisher_recovers_the_posterior_and_floors_the_noise():
+    rng = np.random.default_rng(24)
+    covariance = np.array([[2.0, 0.6], [0.6, 0.5]])
+    prior = -np.diag([0.1, 0.2])  # the log prior's Hessian
+    precond = np.array([0.5, 4.0])
+    information = np.linalg.inv(covariance) - (-prior)
+    fisher = precond[:, None] * information * precond[None, :]  # in D's coordinates
+    np.testing.assert_allclose(
+        covariance_from_fisher(fisher, precond, 1e-9, prior), covariance, rtol=1e-6
+    )
+    # pure noise: a direction the data do not inform keeps the floor, never a negative one
+    noise = rng.normal(0.0, 1.0, (2, 2))
+    result = covariance_from_fisher(noise + noise.T, np.ones(2), 1.0, np.zeros((2, 2)))
+    assert np.all(np.linalg.eigvalsh(result) > 0)
+    assert np.all(np.linalg.eigvalsh(result) <= 1 / (2 * np.sqrt(2)) * (1 + 1e-9))
+
+
+def test_a_newton_step_lands_on_a_gaussian_mode_and_is_capped():
+    covariance = np.array([[4.0, 1.0], [1.0, 1.0]])
+    mode, theta = np.array([1.0, -2.0]), np.array([3.0, 0.0])
+    gradient = np.linalg.solve(covariance, mode - theta)  # of the Gaussian log density
+    np.testing.assert_allclose(newton_step(theta, covariance, gradient, 10.0), mode)
+    far = newton_step(theta, covariance, 100 * gradient, 1.0)
+    root = np.linalg.cholesky(covariance)
+    assert np.linalg.norm(np.linalg.solve(root, far - theta)) == pytest.approx(1.0)
+
+
 def test_substituting_one_row_moves_the_centred_ratio_counts_by_at_most_root_two_m():
     base, neighbours = neighbouring_oracles()
     rng = np.random.default_rng(13)
@@ -161,7 +302,7 @@ def test_substituting_one_row_moves_the_centred_ratio_counts_by_at_most_root_two
     for neighbour in neighbours:
         releases = [
             _release(
-                PrivateChannel(oracle, NoiseSource(6)), centre=Centre(np.ones(2), 3.0, np.ones(2))
+                PrivateChannel(oracle, NoiseSource(6)), centre=Centre(np.ones(2), 3.0, np.eye(2))
             )
             for oracle in (base, neighbour)
         ]
@@ -197,7 +338,7 @@ def run_centred_chain(linear_term: bool, iterations: int, seed: int = 2):
     oracle, mean, sd = gaussian_setup()
     rng = np.random.default_rng(seed)
     channel = PrivateChannel(oracle, NoiseSource(seed + 1))
-    centre = Centre(mean + 4.0 * sd, 1e6, np.ones(SPEC.d))  # 4 sd off; nothing clipped
+    centre = Centre(mean + 4.0 * sd, 1e6, np.eye(SPEC.d))  # 4 sd off; nothing clipped
     exact = oracle.centre_rows(centre).sum(axis=0)  # the centre gradient without noise
     # the per-row remainder of a Gaussian likelihood is −½ (u'ᵀMu' − uᵀMu) with
     # M = Wᵀ P W = diag(sd²)/σ_lik² ≈ 1/n: h = 2/n clips nothing

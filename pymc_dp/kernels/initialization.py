@@ -18,6 +18,7 @@ NumPy only: the gradient release and the log-prior gradient come in as callables
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -28,8 +29,10 @@ from pymc_dp.releases import Release
 __all__ = [
     "AscentParams",
     "AscentResult",
+    "covariance_from_fisher",
     "gradient_design",
     "newton_from_designs",
+    "newton_step",
     "noisy_gradient_ascent",
     "pooled_mode",
     "prior_hessian",
@@ -192,6 +195,50 @@ def prior_hessian(
         e[j] = h
         hessian[:, j] = (logprior_grad(theta + e) - logprior_grad(theta - e)) / (2.0 * h)
     return 0.5 * (hessian + hessian.T)
+
+
+def covariance_from_fisher(
+    fisher: np.ndarray, precond: np.ndarray, noise_std: float, prior_hessian: np.ndarray
+) -> np.ndarray:
+    """Posterior covariance ``(D⁻¹ F D⁻¹ − H_prior)⁻¹`` from a released Fisher matrix.
+
+    ``F`` is :class:`~pymc_dp.mechanisms.FisherRelease`'s noisy ``Σ_i v_i v_iᵀ`` in the scaled
+    coordinates of ``D``. Its noise (entries of sd ``σ``) has spectral norm about ``2σ√d``, so
+    the eigenvalues of ``F`` are floored there: a direction the data do not inform keeps the
+    noise's information, never a negative one. The log prior's Hessian enters with its
+    negative-definite part. Post-processing of the release.
+    """
+    fisher = 0.5 * (np.asarray(fisher, dtype=float) + np.asarray(fisher, dtype=float).T)
+    d = fisher.shape[0]
+    floor = 2.0 * float(noise_std) * math.sqrt(d)
+    values, vectors = np.linalg.eigh(fisher)
+    fisher = (vectors * np.maximum(values, floor)) @ vectors.T
+    inverse_d = 1.0 / np.asarray(precond, dtype=float)
+    information = inverse_d[:, None] * fisher * inverse_d[None, :]
+    prior_values, prior_vectors = np.linalg.eigh(-0.5 * (prior_hessian + prior_hessian.T))
+    information += (prior_vectors * np.maximum(prior_values, 0.0)) @ prior_vectors.T
+    covariance = np.linalg.inv(information)
+    return 0.5 * (covariance + covariance.T)
+
+
+def newton_step(
+    theta: np.ndarray, covariance: np.ndarray, gradient: np.ndarray, max_sd: float
+) -> np.ndarray:
+    """``θ + Σ g``, the step shortened to ``max_sd`` in the metric of ``Σ`` (post-processing).
+
+    ``g`` is a (released) gradient of the log posterior at ``θ`` and ``Σ`` the posterior
+    covariance: for a Gaussian posterior the step lands on the mode. A longer step than
+    ``max_sd`` sds means the curvature or the gradient is far off; ``θ`` itself when the step
+    is not finite.
+    """
+    theta = np.asarray(theta, dtype=float)
+    step = covariance @ np.asarray(gradient, dtype=float)
+    length = float(np.linalg.norm(np.linalg.solve(np.linalg.cholesky(covariance), step)))
+    if not np.isfinite(length):
+        return theta.copy()
+    if length > max_sd:
+        step *= max_sd / length
+    return theta + step
 
 
 class CurvatureResult(NamedTuple):

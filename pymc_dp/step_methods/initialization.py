@@ -57,8 +57,10 @@ from pymc_dp.accounting.costs import GaussianCost
 from pymc_dp.errors import BudgetExceededError, InsufficientDataError, InvalidParameterError
 from pymc_dp.kernels.initialization import (
     AscentParams,
+    covariance_from_fisher,
     gradient_design,
     newton_from_designs,
+    newton_step,
     noisy_gradient_ascent,
     pooled_mode,
     prior_hessian,
@@ -67,6 +69,8 @@ from pymc_dp.kernels.initialization import (
 from pymc_dp.mechanisms import (
     CentredLLRRelease,
     CentredRatioHistogram,
+    CentreGradientRelease,
+    FisherRelease,
     GradientRelease,
     GradNormHistogram,
     PrivateChannel,
@@ -598,6 +602,10 @@ def private_initialization(
 
 #: Public pairs of points at which the centred ratios are counted.
 _CENTRING_PAIRS = 8
+#: The longest Newton step from θ* to the centre, in posterior sds.
+_MAX_CENTRE_STEP = 10.0
+#: The Newton step's gradient: this share of what is left after the histograms.
+_CENTRE_STEP_SHARE = 0.25
 
 
 class Centring(NamedTuple):
@@ -609,22 +617,23 @@ class Centring(NamedTuple):
         ``θ_c`` (the private mode ``θ*``) and the clip of its per-row gradients.
     gradient : ndarray
         ``Ĝ``: the noisy clipped log-likelihood gradient sum at ``θ_c``.
-    gradient_noise : ndarray
-        Standard deviation of ``Ĝ``'s noise per coordinate.
+    gradient_covariance : ndarray
+        Covariance of ``Ĝ``'s noise (``σ² P⁻¹ P⁻ᵀ``, :class:`CentreGradientRelease`).
     metric : ndarray
-        ``W``: Cholesky factor of the private posterior covariance ``Σ̂``.
+        ``W``: Cholesky factor of the private posterior covariance ``Σ̂`` (from the released
+        Fisher information at the centre).
     remainder_clip : float
         ``h``: per-row bound on the centred ratio per unit of ``‖δ‖ (‖u‖ + ‖u'‖)/2``.
     mu : float
         PLD parameter spent (two reservations).
     phases : dict
-        ``μ`` per phase: the two histograms under ``"clip selection"``, the gradient under
-        ``"initialisation"``.
+        ``μ`` per phase: the two histograms under ``"clip selection"``, the Fisher
+        information and the gradient under ``"initialisation"``.
     """
 
     centre: Centre
     gradient: np.ndarray
-    gradient_noise: np.ndarray
+    gradient_covariance: np.ndarray
     metric: np.ndarray
     remainder_clip: float
     mu: float
@@ -634,20 +643,21 @@ class Centring(NamedTuple):
         """The largest standard deviation, in posterior sd, of the mean's shift ``Σ ξ``.
 
         The target is the posterior tilted by ``exp(ξ·θ)``, ``ξ`` the noise of ``Ĝ``
-        (covariance ``diag(gradient_noise²)``); for a Gaussian posterior with covariance
+        (covariance ``gradient_covariance``); for a Gaussian posterior with covariance
         ``Σ = W Wᵀ`` its mean moves by ``Σ ξ``. Public (from ``Σ̂`` and the noise scale).
         """
         covariance = self.metric @ self.metric.T
-        moved = covariance @ np.diag(self.gradient_noise**2) @ covariance
+        moved = covariance @ self.gradient_covariance @ covariance
         return float(np.max(np.sqrt(np.diag(moved) / np.diag(covariance))))
 
 
 def centring_pairs(
-    start: PrivateStart, metric: np.ndarray, rng: np.random.Generator, m: int
+    theta: np.ndarray, metric: np.ndarray, rng: np.random.Generator, m: int
 ) -> np.ndarray:
-    """``m`` public pairs ``(θ, θ')`` like the sampler's: ``θ ~ N(θ*, Σ̂)``, then a random-walk
-    jump (``2.38/√d`` in ``Σ̂``) or an independence draw (``t_7(θ*, Σ̂)``), alternately."""
-    d = start.theta.size
+    """``m`` public pairs ``(θ, θ')`` like the sampler's: ``θ ~ N(θ_c, Σ̂)``, then a random-walk
+    jump (``2.38/√d`` in ``Σ̂``) or an independence draw (``t_7(θ_c, Σ̂)``), alternately."""
+    theta = np.asarray(theta, dtype=float)
+    d = theta.size
     pairs = np.empty((m, 2, d))
     for k in range(m):
         u = rng.standard_normal(d)
@@ -655,7 +665,7 @@ def centring_pairs(
             u_new = u + 2.38 / math.sqrt(d) * rng.standard_normal(d)
         else:
             u_new = rng.standard_normal(d) / math.sqrt(rng.chisquare(7.0) / 7.0)
-        pairs[k] = start.theta + np.stack([u, u_new]) @ metric.T
+        pairs[k] = theta + np.stack([u, u_new]) @ metric.T
     return pairs
 
 
@@ -673,52 +683,84 @@ def private_centring(
 
     Two reservations, each made before its read (theory §7, step 8):
 
-    1. Two histograms of ``histogram_share · M*`` each. A
-       :class:`~pymc_dp.mechanisms.GradNormHistogram` of ``‖D ∇ℓ_i(θ_c)‖`` at ``θ_c = θ*``
-       (the initialisation's preconditioner ``D``) gives the centre's clip, the far tail of the
-       per-row norms there; the centre's per-row gradients are read, not released. A
+    1. Three releases of ``histogram_share · M*`` each, at ``θ_c = θ*``. A
+       :class:`~pymc_dp.mechanisms.FisherRelease` (the initialisation's preconditioner ``D``
+       and clip) gives the curvature: ``Σ̂ = (D⁻¹ F D⁻¹ − H_prior)⁻¹``
+       (:func:`~pymc_dp.kernels.initialization.covariance_from_fisher`), which replaces the
+       initialisation's. A :class:`~pymc_dp.mechanisms.GradNormHistogram` of ``‖P ∇ℓ_i(θ_c)‖``
+       gives the centre's clip, the far tail of the per-row norms there;
+       ``P = Wᵀ/|det W|^{1/d}`` whitens with ``W``, the Cholesky factor of ``Σ̂`` (so the
+       noise of ``Ĝ`` moves every direction of the target by the same number of posterior
+       sds). The centre's per-row gradients are read, not released. A
        :class:`~pymc_dp.mechanisms.CentredRatioHistogram` at ``_CENTRING_PAIRS`` public pairs
        drawn like the sampler's proposals (:func:`centring_pairs`) gives ``h``, its far tail
        (the rule of the gradient clips).
-    2. ``Ĝ``: one preconditioned :class:`~pymc_dp.mechanisms.GradientRelease` at ``θ_c`` with
-       what is left of the budget once the sampler's need ``sampler_mu(h)`` (PLD ``μ`` of the
-       planned run at its target noise, a function of the released ``h``) is set aside, and at
-       least half of it. The noise of ``Ĝ`` tilts the sampler's target by ``exp(ξ·θ)``
+    2. ``Ĝ``: one :class:`~pymc_dp.mechanisms.CentreGradientRelease` at ``θ_c`` with what is
+       left of the budget once the sampler's need ``sampler_mu(h)`` (PLD ``μ`` of the planned
+       run at its target noise, a function of the released ``h``) is set aside, and at least
+       half of it. The noise of ``Ĝ`` tilts the sampler's target by ``exp(ξ·θ)``
        (:meth:`Centring.shift_sd`), so whatever the sampler does not need goes here.
     """
     space = channel.space
     n = channel.n_rows
+    d = space.ndim
     mu_histogram = float(histogram_share) * budget.capacity_mu
     z_histogram = math.sqrt(1.0 / (2.0 * mu_histogram))
     histogram_event = GaussianCost.from_noise_multiplier(z_histogram)
-    if not budget.fits(histogram_event, 2):
+    if not budget.fits(histogram_event, 3):
         raise BudgetExceededError(
             f"{budget.spent_summary()}; the centring of the ratio does not fit beside what is "
             "already spent. Nothing was read."
         )
-    precond = np.ones(space.ndim) if start.precond is None else start.precond
-    budget.reserve(histogram_event, 2, mechanism=f"{label} (centring histograms)")
-    channel.counter.allow(histogram_event, 2)
-    # the centre's clip: its own histogram of ‖D ∇ℓ_i(θ_c)‖ (the centre release carries the
-    # location, so what its clip cuts is a bias: a bound at θ_c, not the initialisation's at θ₁)
+    budget.reserve(histogram_event, 3, mechanism=f"{label} (centring: curvature, histograms)")
+    channel.counter.allow(histogram_event, 3)
+    # the curvature at θ*: the clipped Fisher information in the initialisation's scaled
+    # coordinates (far less noisy than the initialisation's Newton designs at large n)
+    precond = np.ones(d) if start.precond is None else start.precond
+    fisher_clip = start.grad_clip if start.precond_clip is None else start.precond_clip
+    fisher = FisherRelease(
+        channel, grad_clip=fisher_clip, noise_multiplier=z_histogram, precond=precond
+    )(start.theta)
+    prior = prior_hessian(space.logprior_grad, start.theta)  # public
+    covariance = covariance_from_fisher(fisher.value, precond, fisher.noise_std, prior)
+    metric = np.linalg.cholesky(covariance)
+    scale = math.exp(np.mean(np.log(np.abs(np.diag(metric)))))  # |det W|^{1/d}
+    whitening = metric.T / scale
+    # the centre's clip: a histogram of ‖P ∇ℓ_i(θ*)‖, the far tail (the centre's releases
+    # carry the location, so what their clip cuts is a bias)
     norms = GradNormHistogram(
-        channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, precond=precond
+        channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, whitening=whitening
     )(start.theta)
     steps_up = _hidden_margin(norms.noise_std, n)
     clip = clip_from_counts(norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up)
-    if not np.isfinite(clip):
-        clip = start.grad_clip if start.precond_clip is None else start.precond_clip
-    centre = Centre(np.array(start.theta, dtype=float), float(clip), precond)
-    metric = np.linalg.cholesky(start.covariance)
+    if not np.isfinite(clip):  # nothing visible: four times the typical norm if Σ̂ is right
+        clip = 4.0 * math.sqrt(d / n) / scale
+    # the centre: one Newton step from θ* with a whitened gradient there, with a share of what
+    # is left (the remainder's bound grows with the centre's distance from the mode)
+    remaining = budget.report().remaining_mu
+    if remaining is None:  # non-Gaussian spending on this ledger: a share of what is left
+        remaining = max(budget.capacity_mu - start.mu - 3 * mu_histogram, 0.0)
+    z_step = math.sqrt(1.0 / (2.0 * max(_CENTRE_STEP_SHARE * remaining, mu_histogram)))
+    step_event = GaussianCost.from_noise_multiplier(z_step)
+    budget.reserve(step_event, 1, mechanism=f"{label} (centring: Newton step)")
+    channel.counter.allow(step_event, 1)
+    at_start = Centre(np.array(start.theta, dtype=float), float(clip), whitening)
+    gradient = CentreGradientRelease(channel, centre=at_start, noise_multiplier=z_step)()
+    theta_c = newton_step(
+        start.theta, covariance, gradient.value + space.logprior_grad(start.theta), _MAX_CENTRE_STEP
+    )
+    if not space.in_support(theta_c):
+        theta_c = at_start.theta
+    centre = Centre(theta_c, float(clip), whitening)
     template = CentredLLRRelease(  # for the bound only: it releases nothing
         channel,
         centre=centre,
-        centre_gradient=np.zeros(space.ndim),
+        centre_gradient=np.zeros(d),
         metric=metric,
         remainder_clip=1.0,
         noise_multiplier=1.0,
     )
-    pairs = centring_pairs(start, metric, public_rng, _CENTRING_PAIRS)
+    pairs = centring_pairs(theta_c, metric, public_rng, _CENTRING_PAIRS)
     pairs = np.array([p for p in pairs if space.in_support(p[0]) and space.in_support(p[1])])
     histogram = CentredRatioHistogram(
         channel, ratio=template, pairs=pairs, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram
@@ -735,18 +777,25 @@ def private_centring(
     gradient_event = GaussianCost.from_noise_multiplier(z_gradient)
     budget.reserve(gradient_event, 1, mechanism=f"{label} (centre)")
     channel.counter.allow(gradient_event, 1)
-    released = GradientRelease(
-        channel, grad_clip=clip, noise_multiplier=z_gradient, precond=precond
-    )(centre.theta)
+    release = CentreGradientRelease(channel, centre=centre, noise_multiplier=z_gradient)
+    released = release()
     return Centring(
         centre=centre,
         gradient=np.asarray(released.value, dtype=float),
-        gradient_noise=np.full(space.ndim, released.noise_std) / precond,
+        gradient_covariance=release.noise_covariance,
         metric=metric,
         remainder_clip=remainder_clip,
-        mu=float(2 * histogram_event.gaussian_mu() + gradient_event.gaussian_mu()),
+        mu=float(
+            3 * histogram_event.gaussian_mu()
+            + step_event.gaussian_mu()
+            + gradient_event.gaussian_mu()
+        ),
         phases={
             "clip selection": 2 * float(histogram_event.gaussian_mu()),
-            "initialisation": float(gradient_event.gaussian_mu()),
+            "initialisation": float(
+                histogram_event.gaussian_mu()
+                + step_event.gaussian_mu()
+                + gradient_event.gaussian_mu()
+            ),
         },
     )

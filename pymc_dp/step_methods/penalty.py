@@ -9,6 +9,7 @@ import numpy as np
 
 from pymc_dp.accounting.costs import GaussianCost
 from pymc_dp.errors import InvalidParameterError
+from pymc_dp.kernels.initialization import newton_step
 from pymc_dp.kernels.penalty import (
     IndependenceProposal,
     PenaltyMechanisms,
@@ -50,7 +51,7 @@ _TARGET_RATIO_NOISE = 2.0
 #: Share of the budget's capacity the centring histogram (the remainder clip) spends. The
 #: centre's gradient then gets what the planned sampler does not need (at least half the rest):
 #: its noise tilts the target, while the sampler's centred ratios are cheap.
-_CENTRING_HISTOGRAM_SHARE = 0.04
+_CENTRING_HISTOGRAM_SHARE = 0.03
 #: With the centred ratio: the released ratio's noise aimed at (nats, at the typical jump), and
 #: the default chain length (budget is rarely what limits it: time is).
 _TARGET_CENTRED_NOISE = 1.0
@@ -300,21 +301,23 @@ class DPPenalty(DPStep):
             public_rng=np.random.default_rng(self.rng.integers(2**63)),
         )
         self._centring = centring
-        theta, spread = self._centred_mode(start, centring), _CENTRED_START_SPREAD**2
+        covariance = centring.metric @ centring.metric.T  # the curvature at the centre
+        theta, spread = self._centred_mode(centring), _CENTRED_START_SPREAD**2
         phases = dict(start.phases)
         for phase, mu in centring.phases.items():
             phases[phase] = phases.get(phase, 0.0) + mu
         return dataclasses.replace(
             start,
             theta=theta,
-            location_covariance=(spread - 1.0) * start.covariance,
+            covariance=covariance,
+            location_covariance=(spread - 1.0) * covariance,
             mu=start.mu + centring.mu,
             phases=phases,
             histograms=start.histograms + 2,
-            releases=start.releases + 1,
+            releases=start.releases + 3,
         )
 
-    def _centred_mode(self, start: PrivateStart, centring: Any) -> np.ndarray:
+    def _centred_mode(self, centring: Any) -> np.ndarray:
         """The target's mode, one Newton step from the centre (post-processing).
 
         The centred target's log density is ``log p(θ) + Ĝ·(θ − θ_c) + Σ_i r_i(θ)`` with the
@@ -324,13 +327,9 @@ class DPPenalty(DPStep):
         (a curvature far off) is shortened to that.
         """
         c = centring.centre.theta
-        step = start.covariance @ (centring.gradient + self.space.logprior_grad(c))
-        length = float(np.linalg.norm(np.linalg.solve(centring.metric, step)))
-        if not np.isfinite(length):
-            return c
-        if length > _CENTRED_MAX_STEP:
-            step *= _CENTRED_MAX_STEP / length
-        mode = c + step
+        covariance = centring.metric @ centring.metric.T
+        gradient = centring.gradient + self.space.logprior_grad(c)
+        mode = newton_step(c, covariance, gradient, _CENTRED_MAX_STEP)
         return mode if self.space.in_support(mode) else c
 
     def _configure(self, start: Any) -> None:
