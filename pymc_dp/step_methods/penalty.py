@@ -48,9 +48,10 @@ _DEFAULT_PROPOSAL_SCALE = 0.1
 # The automatic noise aims at this standard deviation (nats) of the released ratio at a typical
 # jump: acceptance · σ² (the ESS bought per unit of privacy) is flat near its optimum σ ≈ 2.4.
 _TARGET_RATIO_NOISE = 2.0
-#: Share of the budget's capacity the centring histogram (the remainder clip) spends. The
-#: centre's gradient then gets what the planned sampler does not need (at least half the rest):
-#: its noise tilts the target, while the sampler's centred ratios are cheap.
+#: Share of the budget's capacity each of the centring's three small releases spends (the
+#: Fisher curvature, the centre's clip histogram, the remainder-clip histogram). The centre's
+#: gradient then gets what the planned sampler does not need (at least half the rest): its
+#: noise tilts the target, while the sampler's centred ratios are cheap.
 _CENTRING_HISTOGRAM_SHARE = 0.03
 #: With the centred ratio: the released ratio's noise aimed at (nats, at the typical jump), and
 #: the default chain length (budget is rarely what limits it: time is).
