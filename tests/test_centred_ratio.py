@@ -14,8 +14,8 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-import pymc as pm
 import pytest
+from _gaussian_models import gaussian_setup, normal_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
@@ -326,14 +326,6 @@ def test_substituting_one_row_moves_the_centred_ratio_counts_by_at_most_root_two
 # ---------------------------------------------------------------- exactness
 
 
-@cache
-def gaussian_setup():
-    data = SPEC.simulate(1000, np.random.default_rng(1))
-    oracle = RowLikelihood(SPEC.model(data))
-    mean, var = SPEC.posterior_params(data)
-    return oracle, mean, np.sqrt(var)
-
-
 def run_centred_chain(linear_term: bool, iterations: int, seed: int = 2):
     oracle, mean, sd = gaussian_setup()
     rng = np.random.default_rng(seed)
@@ -383,17 +375,6 @@ def test_without_the_linear_term_the_chain_misses_the_posterior():  # negative c
 
 
 # ---------------------------------------------------------------- the default step
-
-
-def normal_model(n: int, seed: int = 0):
-    """``y ~ N(μ, σ)`` with PyMC-docs priors; posterior of (μ, log σ) near-Gaussian at this n."""
-    y = np.random.default_rng(seed).normal(1.5, 2.0, n)
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0.0, 10.0)
-        sigma = pm.HalfNormal("sigma", 5.0)
-        pm.Normal("y", mu, sigma, observed=y)
-    s = y.std()
-    return model, np.array([y.mean(), np.log(s)]), np.array([s / np.sqrt(n), 1 / np.sqrt(2 * n)])
 
 
 @pytest.mark.slow

@@ -6,13 +6,11 @@ the seeds' Gaussian model; without the −σ²/2 penalty (negative control) it d
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import pytest
+from _gaussian_models import gaussian_setup
 from scipy import stats
 
-from pymc_dp import RowLikelihood
 from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.penalty import (
     IndependenceProposal,
@@ -28,14 +26,6 @@ from pymc_dp.releases import Release
 from pymc_dp.testing import Banana
 
 SPEC = Banana(d=2, a=0.0)  # Gaussian model with known covariance (T§5.1)
-
-
-@cache
-def gaussian_setup():
-    data = SPEC.simulate(1000, np.random.default_rng(1))
-    oracle = RowLikelihood(SPEC.model(data))
-    mean, var = SPEC.posterior_params(data)
-    return oracle, mean, np.sqrt(var)
 
 
 def run_chain(params: PenaltyParams, iterations: int, seed: int = 2):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 
+import _gaussian_models
 import numpy as np
 import pymc as pm
 import pytest
@@ -24,15 +25,7 @@ N = 20_000
 
 
 def normal_model(n: int = N, seed: int = 0):
-    """``y ~ N(μ, σ)`` with PyMC-docs priors; the Laplace posterior is closed-form at this n."""
-    y = np.random.default_rng(seed).normal(1.5, 2.0, n)
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0.0, 10.0)
-        sigma = pm.HalfNormal("sigma", 5.0)
-        pm.Normal("y", mu, sigma, observed=y)
-    # posterior of (μ, log σ): means ≈ (ȳ, log s), sds ≈ (s/√n, 1/√(2n))
-    s = y.std()
-    return model, np.array([y.mean(), np.log(s)]), np.array([s / np.sqrt(n), 1 / np.sqrt(2 * n)])
+    return _gaussian_models.normal_model(n, seed)
 
 
 def quiet() -> dict:

@@ -1,0 +1,37 @@
+"""Shared test models with closed-form posteriors: a Gaussian oracle and a Normal model."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pymc as pm
+
+from pymc_dp import RowLikelihood
+from pymc_dp.testing import Banana
+
+GAUSSIAN = Banana(d=2, a=0.0)  # Gaussian model with known covariance (T§5.1)
+
+
+@cache
+def gaussian_setup():
+    """The oracle of 1000 rows of ``GAUSSIAN``, its posterior mean and sd."""
+    data = GAUSSIAN.simulate(1000, np.random.default_rng(1))
+    oracle = RowLikelihood(GAUSSIAN.model(data))
+    mean, var = GAUSSIAN.posterior_params(data)
+    return oracle, mean, np.sqrt(var)
+
+
+def normal_model(n: int, seed: int = 0):
+    """``y ~ N(μ, σ)`` with PyMC-docs priors; the Laplace posterior is closed-form at this n.
+
+    Returns the model and the posterior of ``(μ, log σ)``: means ≈ ``(ȳ, log s)``, sds ≈
+    ``(s/√n, 1/√(2n))``.
+    """
+    y = np.random.default_rng(seed).normal(1.5, 2.0, n)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        sigma = pm.HalfNormal("sigma", 5.0)
+        pm.Normal("y", mu, sigma, observed=y)
+    s = y.std()
+    return model, np.array([y.mean(), np.log(s)]), np.array([s / np.sqrt(n), 1 / np.sqrt(2 * n)])
