@@ -517,14 +517,15 @@ class CentreGradientRelease(_GaussianMechanism):
 class FisherRelease(_GaussianMechanism):
     """Noisy clipped empirical Fisher information ``Σ_i v_i v_iᵀ`` (a private curvature).
 
-    ``v_i = D ∇ℓ_i(θ) · min(1, b / ‖D ∇ℓ_i(θ)‖)`` with a public positive ``precond`` ``D`` and
-    clip ``b`` (:meth:`~pymc_dp.oracle.RowLikelihood.clipped_fisher`). The release is the
+    ``v_i = P ∇ℓ_i(θ) · min(1, b / ‖P ∇ℓ_i(θ)‖)`` with a public invertible ``whitening`` ``P``
+    (the identity by default) and clip ``b``
+    (:meth:`~pymc_dp.oracle.RowLikelihood.clipped_fisher`). The release is the
     symmetric matrix whose upper triangle (diagonal included) carries independent
     ``N(0, σ²)`` noise, ``σ = z · √2 b²``: substituting row ``v`` by ``w`` changes the matrix by
     ``w wᵀ − v vᵀ``, whose Frobenius norm is at most ``√(‖v‖⁴ + ‖w‖⁴) ≤ √2 b²`` (the cross term
     ``(v·w)²`` is never negative), and the upper triangle's L2 norm is at most the Frobenius
     norm. Event: one Gaussian mechanism, PLD parameter ``1/(2z²)``. Near the mode of a
-    well-specified model ``D⁻¹ F D⁻¹`` estimates the likelihood's information (the negative
+    well-specified model ``P⁻¹ F P⁻ᵀ`` estimates the likelihood's information (the negative
     Hessian of the log-likelihood): a posterior covariance from one release, post-processing.
     """
 
@@ -534,11 +535,15 @@ class FisherRelease(_GaussianMechanism):
         *,
         grad_clip: float,
         noise_multiplier: float,
-        precond: np.ndarray | None = None,
+        whitening: np.ndarray | None = None,
     ) -> None:
         super().__init__(channel)
         self.grad_clip = float(self._oracle._check_bound(grad_clip, "grad_clip"))
-        self.precond = self._oracle._precond(precond).astype(float).copy()
+        d = channel.space.ndim
+        identity = np.eye(d)
+        self.whitening = self._oracle._whitening(
+            identity if whitening is None else whitening
+        ).copy()
         self.noise_multiplier = float(noise_multiplier)
         self._finish()
 
@@ -552,7 +557,7 @@ class FisherRelease(_GaussianMechanism):
         if not space.in_support(theta):
             raise InvalidParameterError("the Fisher release needs a point inside the support.")
         self._record()  # checked against the reservation before the data are read
-        fisher = self._oracle.clipped_fisher(theta, self.grad_clip, self.precond)
+        fisher = self._oracle.clipped_fisher(theta, self.grad_clip, self.whitening)
         upper = np.triu_indices(space.ndim)
         sigma = self.noise_multiplier * self.sensitivity
         noisy = np.zeros_like(fisher)

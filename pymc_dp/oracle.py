@@ -962,22 +962,24 @@ class RowLikelihood:
         return rows
 
     def clipped_fisher(
-        self, theta: np.ndarray, grad_clip: float, precond: np.ndarray
+        self, theta: np.ndarray, grad_clip: float, whitening: np.ndarray
     ) -> np.ndarray:
-        """``Σ_i v_i v_iᵀ`` with ``v_i = D ∇ℓ_i(θ) · min(1, b / ‖D ∇ℓ_i(θ)‖)``. Not private.
+        """``Σ_i v_i v_iᵀ`` with ``v_i = P ∇ℓ_i(θ) · min(1, b / ‖P ∇ℓ_i(θ)‖)``. Not private.
 
-        The empirical Fisher information of the rows in the scaled coordinates of ``D`` (a
-        public positive vector), each row clipped to ``‖v_i‖ ≤ b``; non-finite rows count as
-        zero. Only :class:`pymc_dp.mechanisms.FisherRelease` releases it, with noise. Chunked.
+        The empirical Fisher information of the rows in the coordinates of a public invertible
+        ``whitening`` matrix ``P`` (a diagonal one scales each coordinate), each row clipped to
+        ``‖v_i‖ ≤ b``; non-finite rows count as zero. Only
+        :class:`pymc_dp.mechanisms.FisherRelease` releases it, with noise. Chunked.
         """
         theta = self.space.as_theta(theta)
-        weights = self._precond(precond).astype(float)
+        matrix = self._whitening(whitening)
         bound = float(self._check_bound(grad_clip, "grad_clip"))
         fn = self._grad_rows_fn()
         total = np.zeros((self.ndim, self.ndim))
         for chunk in self._chunks(None, True):
-            scaled = np.asarray(self._private_call(fn, theta, *chunk), dtype=float) * weights
-            scaled = np.where(np.abs(scaled) < np.inf, scaled, 0.0)
+            grads = np.asarray(self._private_call(fn, theta, *chunk), dtype=float)
+            grads = np.where(np.abs(grads) < np.inf, grads, 0.0)
+            scaled = grads @ matrix.T
             norms = np.linalg.norm(scaled, axis=1)
             scaled *= (bound / np.maximum(norms, bound))[:, None]
             total += scaled.T @ scaled

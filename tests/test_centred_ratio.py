@@ -229,15 +229,17 @@ def test_the_whitened_norm_histogram_counts_the_norms_of_p_times_the_gradients()
 @given(
     st.lists(st.floats(-3, 3), min_size=SPEC.d, max_size=SPEC.d).map(np.array),
     st.lists(st.floats(0.05, 20.0), min_size=SPEC.d, max_size=SPEC.d).map(np.array),
+    st.floats(-5.0, 5.0),
     st.floats(1e-2, 1e3),
     st.integers(0, 3),
 )
 def test_substituting_one_row_moves_the_clipped_fisher_by_at_most_root_two_b_squared(
-    theta, precond, clip, k
+    theta, diagonal, shear, clip, k
 ):
     base, neighbours = neighbouring_oracles()
-    a = base.clipped_fisher(theta, clip, precond)
-    b = neighbours[k].clipped_fisher(theta, clip, precond)
+    whitening = np.diag(diagonal) + np.triu(np.full((SPEC.d, SPEC.d), shear), 1)
+    a = base.clipped_fisher(theta, clip, whitening)
+    b = neighbours[k].clipped_fisher(theta, clip, whitening)
     upper = np.triu_indices(SPEC.d)
     assert np.linalg.norm(a[upper] - b[upper]) <= np.sqrt(2) * clip**2 * (1 + 1e-9)
 
@@ -245,12 +247,12 @@ def test_substituting_one_row_moves_the_clipped_fisher_by_at_most_root_two_b_squ
 def test_the_fisher_release_is_symmetric_noise_on_the_clipped_fisher():
     base, _ = neighbouring_oracles()
     channel = PrivateChannel(base, NoiseSource(23))
-    precond = np.array([1.0, 3.0])
-    release = FisherRelease(channel, grad_clip=5.0, noise_multiplier=2.0, precond=precond)
+    whitening = np.array([[1.0, 0.5], [0.0, 3.0]])
+    release = FisherRelease(channel, grad_clip=5.0, noise_multiplier=2.0, whitening=whitening)
     assert release.event == GaussianCost(1 / (2 * 2.0**2))
     theta = np.array([0.3, -0.2])
-    exact = base.clipped_fisher(theta, 5.0, precond)
-    grads = base.grad_rows(theta) * precond
+    exact = base.clipped_fisher(theta, 5.0, whitening)
+    grads = base.grad_rows(theta) @ whitening.T
     grads *= np.minimum(1.0, 5.0 / np.linalg.norm(grads, axis=1))[:, None]
     np.testing.assert_allclose(exact, grads.T @ grads)
     channel.counter.allow(release.event, 1000)
@@ -270,17 +272,48 @@ def test_the_covariance_from_the_fisher_recovers_the_posterior_and_floors_the_no
     rng = np.random.default_rng(24)
     covariance = np.array([[2.0, 0.6], [0.6, 0.5]])
     prior = -np.diag([0.1, 0.2])  # the log prior's Hessian
-    precond = np.array([0.5, 4.0])
     information = np.linalg.inv(covariance) - (-prior)
+    precond = np.array([0.5, 4.0])
     fisher = precond[:, None] * information * precond[None, :]  # in D's coordinates
     np.testing.assert_allclose(
         covariance_from_fisher(fisher, precond, 1e-9, prior), covariance, rtol=1e-6
+    )
+    whitening = np.array([[0.5, -1.0], [0.0, 4.0]])  # a full whitening matrix
+    fisher = whitening @ information @ whitening.T
+    np.testing.assert_allclose(
+        covariance_from_fisher(fisher, whitening, 1e-9, prior), covariance, rtol=1e-6
     )
     # pure noise: a direction the data do not inform keeps the floor, never a negative one
     noise = rng.normal(0.0, 1.0, (2, 2))
     result = covariance_from_fisher(noise + noise.T, np.ones(2), 1.0, np.zeros((2, 2)))
     assert np.all(np.linalg.eigvalsh(result) > 0)
     assert np.all(np.linalg.eigvalsh(result) <= 1 / (2 * np.sqrt(2)) * (1 + 1e-9))
+
+
+def test_a_direction_the_fisher_does_not_resolve_takes_the_earlier_curvature_within_the_noise():
+    # information 400 and 4 along the axes; the release's noise radius 2σ√d is 40
+    truth = np.diag([400.0, 4.0])
+    prior = np.zeros((2, 2))
+    sigma = 40.0 / (2 * np.sqrt(2))
+    earlier = np.linalg.inv(np.diag([390.0, 5.0]))  # an earlier estimate, close
+    result = covariance_from_fisher(truth, np.ones(2), sigma, prior, fallback=earlier)
+    np.testing.assert_allclose(np.linalg.inv(result), np.diag([400.0, 5.0]), rtol=1e-9)
+    # without the earlier estimate the weak direction keeps the noise radius: far too narrow
+    floored = covariance_from_fisher(truth, np.ones(2), sigma, prior)
+    np.testing.assert_allclose(np.linalg.inv(floored), np.diag([400.0, 40.0]), rtol=1e-9)
+    # an earlier estimate the release contradicts is pulled inside λ ± 2σ√d
+    wrong = np.linalg.inv(np.diag([390.0, 500.0]))
+    pulled = covariance_from_fisher(truth, np.ones(2), sigma, prior, fallback=wrong)
+    np.testing.assert_allclose(np.linalg.inv(pulled), np.diag([400.0, 44.0]), rtol=1e-9)
+
+
+def test_a_newton_step_that_is_mostly_noise_is_mostly_not_taken():
+    covariance = np.diag([4.0, 1.0])
+    theta = np.zeros(2)
+    gradient = np.array([1.0, 0.0])  # a step of 2 sd along the first axis
+    assert np.allclose(newton_step(theta, covariance, gradient, 10.0, noise_length=3.0), theta)
+    half = newton_step(theta, covariance, gradient, 10.0, noise_length=np.sqrt(2.0))
+    np.testing.assert_allclose(half, [2.0, 0.0])  # 1 − 2/4 of the step of 4
 
 
 def test_a_newton_step_lands_on_a_gaussian_mode_and_is_capped():

@@ -198,44 +198,76 @@ def prior_hessian(
 
 
 def covariance_from_fisher(
-    fisher: np.ndarray, precond: np.ndarray, noise_std: float, prior_hessian: np.ndarray
+    fisher: np.ndarray,
+    whitening: np.ndarray,
+    noise_std: float,
+    prior_hessian: np.ndarray,
+    fallback: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Posterior covariance ``(D⁻¹ F D⁻¹ − H_prior)⁻¹`` from a released Fisher matrix.
+    """Posterior covariance ``(P⁻¹ F P⁻ᵀ − H_prior)⁻¹`` from a released Fisher matrix.
 
-    ``F`` is :class:`~pymc_dp.mechanisms.FisherRelease`'s noisy ``Σ_i v_i v_iᵀ`` in the scaled
-    coordinates of ``D``. Its noise (entries of sd ``σ``) has spectral norm about ``2σ√d``, so
-    the eigenvalues of ``F`` are floored there: a direction the data do not inform keeps the
-    noise's information, never a negative one. The log prior's Hessian enters with its
-    negative-definite part. Post-processing of the release.
+    ``F`` is :class:`~pymc_dp.mechanisms.FisherRelease`'s noisy ``Σ_i v_i v_iᵀ``, ``v_i = P ∇ℓ_i``
+    (``whitening`` ``P``, a ``d × d`` matrix, or a vector for a diagonal one). Its noise
+    (entries of sd ``σ``) has spectral norm about ``r = 2σ√d``, so each eigenvalue ``λ_k`` of
+    ``F`` is known to within ``±r`` (Weyl). An eigenvalue above ``r`` is kept. One below it is
+    not resolved by the release: it takes the information that ``fallback`` (an earlier private
+    posterior covariance, e.g. the initialisation's) gives along its eigenvector ``e_k`` (the
+    likelihood's part, ``eₖᵀ P (Σ_f⁻¹ + H_prior) Pᵀ eₖ``), kept inside what the release allows,
+    ``[max(λ_k − r, r/100), λ_k + r]``; without one, ``r`` (a direction the data do not inform
+    keeps the noise's information, never a negative one). The log prior's Hessian enters with
+    its negative-definite part. Post-processing of the releases.
     """
     fisher = 0.5 * (np.asarray(fisher, dtype=float) + np.asarray(fisher, dtype=float).T)
     d = fisher.shape[0]
-    floor = 2.0 * float(noise_std) * math.sqrt(d)
-    values, vectors = np.linalg.eigh(fisher)
-    fisher = (vectors * np.maximum(values, floor)) @ vectors.T
-    inverse_d = 1.0 / np.asarray(precond, dtype=float)
-    information = inverse_d[:, None] * fisher * inverse_d[None, :]
+    matrix = np.asarray(whitening, dtype=float)
+    if matrix.ndim == 1:
+        matrix = np.diag(matrix)
+    radius = 2.0 * float(noise_std) * math.sqrt(d)
     prior_values, prior_vectors = np.linalg.eigh(-0.5 * (prior_hessian + prior_hessian.T))
-    information += (prior_vectors * np.maximum(prior_values, 0.0)) @ prior_vectors.T
+    prior_information = (prior_vectors * np.maximum(prior_values, 0.0)) @ prior_vectors.T
+    values, vectors = np.linalg.eigh(fisher)
+    unresolved = values < radius
+    kept = np.where(unresolved, radius, values)
+    if fallback is not None and np.any(unresolved):
+        earlier = np.linalg.inv(np.asarray(fallback, dtype=float)) - prior_information
+        earlier = matrix @ earlier @ matrix.T  # in the release's coordinates
+        along = np.einsum("ik,ij,jk->k", vectors, earlier, vectors)
+        lower = np.maximum(values - radius, 0.01 * radius)
+        guess = np.clip(np.where(np.isfinite(along), along, radius), lower, values + radius)
+        kept = np.where(unresolved, guess, values)
+    fisher = (vectors * kept) @ vectors.T
+    inverse = np.linalg.inv(matrix)
+    information = inverse @ fisher @ inverse.T + prior_information
     covariance = np.linalg.inv(information)
     return 0.5 * (covariance + covariance.T)
 
 
 def newton_step(
-    theta: np.ndarray, covariance: np.ndarray, gradient: np.ndarray, max_sd: float
+    theta: np.ndarray,
+    covariance: np.ndarray,
+    gradient: np.ndarray,
+    max_sd: float,
+    noise_length: float = 0.0,
 ) -> np.ndarray:
-    """``θ + Σ g``, the step shortened to ``max_sd`` in the metric of ``Σ`` (post-processing).
+    """``θ + Σ g``, shrunk by its noise and shortened to ``max_sd`` sds (post-processing).
 
-    ``g`` is a (released) gradient of the log posterior at ``θ`` and ``Σ`` the posterior
-    covariance: for a Gaussian posterior the step lands on the mode. A longer step than
-    ``max_sd`` sds means the curvature or the gradient is far off; ``θ`` itself when the step
-    is not finite.
+    ``g`` is a (released) gradient of the log posterior at ``θ`` and ``Σ = W Wᵀ`` the posterior
+    covariance: for a Gaussian posterior the step lands on the mode. In posterior sds the step
+    is ``u = Wᵀ g``; when the gradient's noise puts ``noise_length²`` into ``E‖u‖²`` (isotropic
+    noise in those coordinates), the step is multiplied by ``max(0, 1 − noise_length²/‖u‖²)``
+    (positive-part James–Stein shrinkage: a step that is mostly noise is mostly not taken). A
+    longer step than ``max_sd`` sds means the curvature or the gradient is far off; ``θ``
+    itself when the step is not finite.
     """
     theta = np.asarray(theta, dtype=float)
     step = covariance @ np.asarray(gradient, dtype=float)
     length = float(np.linalg.norm(np.linalg.solve(np.linalg.cholesky(covariance), step)))
     if not np.isfinite(length):
         return theta.copy()
+    if length > 0 and noise_length > 0:
+        shrink = max(0.0, 1.0 - (noise_length / length) ** 2)
+        step *= shrink
+        length *= shrink
     if length > max_sd:
         step *= max_sd / length
     return theta + step

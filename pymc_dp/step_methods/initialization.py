@@ -603,9 +603,12 @@ def private_initialization(
 #: Public pairs of points at which the centred ratios are counted.
 _CENTRING_PAIRS = 8
 #: The longest Newton step from θ* to the centre, in posterior sds.
-_MAX_CENTRE_STEP = 10.0
-#: The Newton step's gradient: this share of what is left after the histograms.
+_MAX_CENTRE_STEP = 25.0
+#: The Newton steps' gradients: this share of what is left after the histograms, split evenly.
 _CENTRE_STEP_SHARE = 0.25
+_CENTRE_STEPS = 3
+#: A step whose gradient is within this many noise lengths of zero ends the Newton steps.
+_CENTRE_STOP_SIGNAL = 3.0
 
 
 class Centring(NamedTuple):
@@ -625,10 +628,12 @@ class Centring(NamedTuple):
     remainder_clip : float
         ``h``: per-row bound on the centred ratio per unit of ``‖δ‖ (‖u‖ + ‖u'‖)/2``.
     mu : float
-        PLD parameter spent (two reservations).
+        PLD parameter spent (every reservation of the centring).
     phases : dict
         ``μ`` per phase: the two histograms under ``"clip selection"``, the Fisher
-        information and the gradient under ``"initialisation"``.
+        information and the gradients under ``"initialisation"``.
+    releases : int
+        Releases other than histograms: the Fisher information and the gradients.
     """
 
     centre: Centre
@@ -638,6 +643,7 @@ class Centring(NamedTuple):
     remainder_clip: float
     mu: float
     phases: dict[str, float]
+    releases: int = 3
 
     def shift_sd(self) -> float:
         """The largest standard deviation, in posterior sd, of the mean's shift ``Σ ξ``.
@@ -681,21 +687,30 @@ def private_centring(
 ) -> Centring:
     """The control variate of :class:`~pymc_dp.mechanisms.CentredLLRRelease`, privately.
 
-    Two reservations, each made before its read (theory §7, step 8):
+    Reservations, each made before its read (theory §7, step 8):
 
-    1. Three releases of ``histogram_share · M*`` each, at ``θ_c = θ*``. A
-       :class:`~pymc_dp.mechanisms.FisherRelease` (the initialisation's preconditioner ``D``
-       and clip) gives the curvature: ``Σ̂ = (D⁻¹ F D⁻¹ − H_prior)⁻¹``
-       (:func:`~pymc_dp.kernels.initialization.covariance_from_fisher`), which replaces the
-       initialisation's. A :class:`~pymc_dp.mechanisms.GradNormHistogram` of ``‖P ∇ℓ_i(θ_c)‖``
-       gives the centre's clip, the far tail of the per-row norms there;
-       ``P = Wᵀ/|det W|^{1/d}`` whitens with ``W``, the Cholesky factor of ``Σ̂`` (so the
-       noise of ``Ĝ`` moves every direction of the target by the same number of posterior
-       sds). The centre's per-row gradients are read, not released. A
-       :class:`~pymc_dp.mechanisms.CentredRatioHistogram` at ``_CENTRING_PAIRS`` public pairs
-       drawn like the sampler's proposals (:func:`centring_pairs`) gives ``h``, its far tail
-       (the rule of the gradient clips).
-    2. ``Ĝ``: one :class:`~pymc_dp.mechanisms.CentreGradientRelease` at ``θ_c`` with what is
+    1. Three releases of ``histogram_share · M*`` each. At ``θ*``, whitened with ``P₀`` (from
+       the initialisation's ``Σ̂₀``; ``P = Wᵀ/|det W|^{1/d}`` for a Cholesky factor ``W``): a
+       :class:`~pymc_dp.mechanisms.GradNormHistogram` of ``‖P₀ ∇ℓ_i‖`` (its far tail is the
+       clip ``C₀``), then a :class:`~pymc_dp.mechanisms.FisherRelease` with that clip, whence
+       the curvature ``Σ̂ = (P₀⁻¹ F P₀⁻ᵀ − H_prior)⁻¹``
+       (:func:`~pymc_dp.kernels.initialization.covariance_from_fisher`; a direction the release
+       does not resolve keeps ``Σ̂₀``'s information). Whitening with the initialisation's
+       curvature gives every direction an equal share of the clip, so the Fisher resolves
+       the weak ones. ``P`` (from ``Σ̂``) whitens the centre's releases (their noise then moves
+       every direction of the target by the same number of posterior sds), with the clip
+       ``C₀`` rescaled by the ratio of the rows' expected norms under ``P`` and ``P₀``.
+       The third, a :class:`~pymc_dp.mechanisms.CentredRatioHistogram` at ``_CENTRING_PAIRS``
+       public pairs around the centre drawn like the sampler's proposals
+       (:func:`centring_pairs`), gives ``h``, its far tail (the rule of the gradient clips).
+    2. Newton steps to the centre ``θ_c`` (at most ``_CENTRE_STEPS``, ``_CENTRE_STEP_SHARE`` of
+       what is left between them): a whitened :class:`~pymc_dp.mechanisms.CentreGradientRelease`
+       at the current point, the step ``Σ̂ g`` shrunk by its noise
+       (:func:`~pymc_dp.kernels.initialization.newton_step`), until a step is within
+       ``_CENTRE_STOP_SIGNAL`` noise lengths of zero. The remainders' bound grows with the
+       centre's distance from the mode, and the initialisation's mode can be tens of sds off
+       when a scale parameter's per-row gradients are heavy-tailed.
+    3. ``Ĝ``: one :class:`~pymc_dp.mechanisms.CentreGradientRelease` at ``θ_c`` with what is
        left of the budget once the sampler's need ``sampler_mu(h)`` (PLD ``μ`` of the planned
        run at its target noise, a function of the released ``h``) is set aside, and at least
        half of it. The noise of ``Ĝ`` tilts the sampler's target by ``exp(ξ·θ)``
@@ -714,43 +729,60 @@ def private_centring(
         )
     budget.reserve(histogram_event, 3, mechanism=f"{label} (centring: curvature, histograms)")
     channel.counter.allow(histogram_event, 3)
-    # the curvature at θ*: the clipped Fisher information in the initialisation's scaled
-    # coordinates (far less noisy than the initialisation's Newton designs at large n)
-    precond = np.ones(d) if start.precond is None else start.precond
-    fisher_clip = start.grad_clip if start.precond_clip is None else start.precond_clip
-    fisher = FisherRelease(
-        channel, grad_clip=fisher_clip, noise_multiplier=z_histogram, precond=precond
-    )(start.theta)
-    prior = prior_hessian(space.logprior_grad, start.theta)  # public
-    covariance = covariance_from_fisher(fisher.value, precond, fisher.noise_std, prior)
-    metric = np.linalg.cholesky(covariance)
-    scale = math.exp(np.mean(np.log(np.abs(np.diag(metric)))))  # |det W|^{1/d}
-    whitening = metric.T / scale
-    # the centre's clip: a histogram of ‖P ∇ℓ_i(θ*)‖, the far tail (the centre's releases
-    # carry the location, so what their clip cuts is a bias)
+    # the clip in the initialisation's whitened coordinates: a histogram of ‖P₀ ∇ℓ_i(θ*)‖
+    first_whitening = _whitening_of(np.linalg.cholesky(start.covariance))
     norms = GradNormHistogram(
-        channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, whitening=whitening
+        channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, whitening=first_whitening
     )(start.theta)
     steps_up = _hidden_margin(norms.noise_std, n)
-    clip = clip_from_counts(norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up)
-    if not np.isfinite(clip):  # nothing visible: four times the typical norm if Σ̂ is right
-        clip = 4.0 * math.sqrt(d / n) / scale
-    # the centre: one Newton step from θ* with a whitened gradient there, with a share of what
-    # is left (the remainder's bound grows with the centre's distance from the mode)
+    first_clip = clip_from_counts(
+        norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up
+    )
+    if not np.isfinite(first_clip):  # nothing visible: four times the typical norm if Σ̂₀ is right
+        first_clip = 4.0 * _typical_norm(np.linalg.inv(start.covariance), first_whitening, n)
+    # the curvature at θ*: the clipped Fisher information, whitened with Σ̂₀
+    fisher = FisherRelease(
+        channel, grad_clip=first_clip, noise_multiplier=z_histogram, whitening=first_whitening
+    )(start.theta)
+    prior = prior_hessian(space.logprior_grad, start.theta)  # public
+    covariance = covariance_from_fisher(
+        fisher.value, first_whitening, fisher.noise_std, prior, fallback=start.covariance
+    )
+    metric = np.linalg.cholesky(covariance)
+    whitening = _whitening_of(metric)
+    information = np.linalg.inv(covariance)
+    clip = first_clip * (
+        _typical_norm(information, whitening, n) / _typical_norm(information, first_whitening, n)
+    )
+    scale = math.exp(np.mean(np.log(np.abs(np.diag(metric)))))  # |det W|^{1/d}
+
+    # the centre: Newton steps from θ* with whitened gradients (a share of what is left)
     remaining = budget.report().remaining_mu
     if remaining is None:  # non-Gaussian spending on this ledger: a share of what is left
         remaining = max(budget.capacity_mu - start.mu - 3 * mu_histogram, 0.0)
-    z_step = math.sqrt(1.0 / (2.0 * max(_CENTRE_STEP_SHARE * remaining, mu_histogram)))
+    step_mu = max(_CENTRE_STEP_SHARE * remaining / _CENTRE_STEPS, mu_histogram)
+    z_step = math.sqrt(1.0 / (2.0 * step_mu))
     step_event = GaussianCost.from_noise_multiplier(z_step)
-    budget.reserve(step_event, 1, mechanism=f"{label} (centring: Newton step)")
-    channel.counter.allow(step_event, 1)
-    at_start = Centre(np.array(start.theta, dtype=float), float(clip), whitening)
-    gradient = CentreGradientRelease(channel, centre=at_start, noise_multiplier=z_step)()
-    theta_c = newton_step(
-        start.theta, covariance, gradient.value + space.logprior_grad(start.theta), _MAX_CENTRE_STEP
-    )
-    if not space.in_support(theta_c):
-        theta_c = at_start.theta
+    theta_c = np.array(start.theta, dtype=float)
+    steps = 0
+    for _ in range(_CENTRE_STEPS):
+        budget.reserve(step_event, 1, mechanism=f"{label} (centring: Newton step)")
+        channel.counter.allow(step_event, 1)
+        steps += 1
+        release = CentreGradientRelease(
+            channel, centre=Centre(theta_c, float(clip), whitening), noise_multiplier=z_step
+        )
+        gradient = release().value + space.logprior_grad(theta_c)
+        # in posterior sds the step is Wᵀ g, its noise N(0, (σ |det W|^{1/d})² I)
+        noise_length = release.noise_std * scale * math.sqrt(d)
+        moved = newton_step(
+            theta_c, covariance, gradient, _MAX_CENTRE_STEP, noise_length=noise_length
+        )
+        signal = float(np.linalg.norm(metric.T @ gradient))
+        if space.in_support(moved):
+            theta_c = moved
+        if signal <= _CENTRE_STOP_SIGNAL * noise_length:
+            break
     centre = Centre(theta_c, float(clip), whitening)
     template = CentredLLRRelease(  # for the bound only: it releases nothing
         channel,
@@ -771,7 +803,7 @@ def private_centring(
 
     remaining = budget.report().remaining_mu
     if remaining is None:  # non-Gaussian spending on this ledger: a share of what is left
-        remaining = max(budget.capacity_mu - start.mu - mu_histogram, 0.0)
+        remaining = max(budget.capacity_mu - start.mu - 3 * mu_histogram - steps * step_mu, 0.0)
     mu_gradient = max(remaining - float(sampler_mu(remainder_clip)), 0.5 * remaining)
     z_gradient = math.sqrt(1.0 / (2.0 * mu_gradient))
     gradient_event = GaussianCost.from_noise_multiplier(z_gradient)
@@ -779,23 +811,33 @@ def private_centring(
     channel.counter.allow(gradient_event, 1)
     release = CentreGradientRelease(channel, centre=centre, noise_multiplier=z_gradient)
     released = release()
+    steps_mu = steps * float(step_event.gaussian_mu())
     return Centring(
         centre=centre,
         gradient=np.asarray(released.value, dtype=float),
         gradient_covariance=release.noise_covariance,
         metric=metric,
         remainder_clip=remainder_clip,
-        mu=float(
-            3 * histogram_event.gaussian_mu()
-            + step_event.gaussian_mu()
-            + gradient_event.gaussian_mu()
-        ),
+        mu=float(3 * histogram_event.gaussian_mu() + steps_mu + gradient_event.gaussian_mu()),
         phases={
             "clip selection": 2 * float(histogram_event.gaussian_mu()),
             "initialisation": float(
-                histogram_event.gaussian_mu()
-                + step_event.gaussian_mu()
-                + gradient_event.gaussian_mu()
+                histogram_event.gaussian_mu() + steps_mu + gradient_event.gaussian_mu()
             ),
         },
+        releases=2 + steps,
     )
+
+
+def _whitening_of(metric: np.ndarray) -> np.ndarray:
+    """``P = Wᵀ / |det W|^{1/d}`` for a Cholesky factor ``W`` of a posterior covariance: the
+    rows' gradients in the coordinates where that posterior is round, scaled to keep the
+    volume (public)."""
+    scale = math.exp(np.mean(np.log(np.abs(np.diag(metric)))))
+    return metric.T / scale
+
+
+def _typical_norm(information: np.ndarray, whitening: np.ndarray, n: int) -> float:
+    """``√(tr(P I Pᵀ) / n)``: the root mean square of ``‖P ∇ℓ_i‖`` when the rows' gradients
+    carry the information ``I`` (near the mode of a well-specified model; public)."""
+    return math.sqrt(max(float(np.trace(whitening @ information @ whitening.T)), 0.0) / n)

@@ -315,7 +315,7 @@ class DPPenalty(DPStep):
             mu=start.mu + centring.mu,
             phases=phases,
             histograms=start.histograms + 2,
-            releases=start.releases + 3,
+            releases=start.releases + centring.releases,
         )
 
     def _centred_mode(self, centring: Any) -> np.ndarray:
