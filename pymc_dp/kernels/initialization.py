@@ -390,14 +390,19 @@ def secant_update(
     measures that curvature from two precise averages over a long baseline, where a design's
     own finite differences (short steps, noisy) cannot. When ``sᵀq`` is at least
     ``resolution`` of its noise sd (``√Σ_j s_j² Var(Δg_j)``, the gradients' noise ``change_var``
-    public), ``P ← P − P s sᵀ P / (sᵀ P s) + q qᵀ / (qᵀ s)`` (positive definite since
-    ``qᵀ s > 0``) and ``Σ = P⁻¹`` is returned; else ``None`` (the secant is noise). A short
+    public; ``√(sᵀ V s)`` when it is a covariance matrix ``V``),
+    ``P ← P − P s sᵀ P / (sᵀ P s) + q qᵀ / (qᵀ s)`` (positive definite since ``qᵀ s > 0``)
+    and ``Σ = P⁻¹`` is returned; else ``None`` (the secant is noise). A short
     step (the design already at the mode) is never resolved. Post-processing of released values.
     """
     step = np.asarray(step, dtype=float)
     q = -np.asarray(gradient_change, dtype=float)
     curvature = float(step @ q)
-    noise = float(np.sqrt(np.sum(step**2 * np.asarray(change_var, dtype=float))))
+    change_var = np.asarray(change_var, dtype=float)
+    if change_var.ndim == 2:
+        noise = float(np.sqrt(max(step @ change_var @ step, 0.0)))
+    else:
+        noise = float(np.sqrt(np.sum(step**2 * change_var)))
     if not (np.isfinite(curvature) and curvature > resolution * noise and curvature > 0):
         return None
     precision = np.linalg.inv(covariance)

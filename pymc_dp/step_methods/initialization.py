@@ -531,6 +531,10 @@ def private_initialization(
     theta_star, location_covariance = _pooled(records, covariance, centre, len(second.points))
     if not (np.all(np.isfinite(theta_star)) and space.in_support(theta_star)):
         theta_star, location_covariance = theta_1, covariance
+    # the pooled mode stays where the quadratic was fitted: a pooled fit through unresolved
+    # curvature (all noise, e.g. a Student-t's degrees of freedom at ε = 1) once put
+    # log ν thirty units away, and nothing after it brings a chain back from there
+    theta_star = np.clip(theta_star, theta_1 - 2.0 * reach, theta_1 + 2.0 * reach)
 
     # 7. refinement (only when allowed), in a second reservation
     refined = None
@@ -754,7 +758,6 @@ def private_centring(
     clip = first_clip * (
         _typical_norm(information, whitening, n) / _typical_norm(information, first_whitening, n)
     )
-    scale = math.exp(np.mean(np.log(np.abs(np.diag(metric)))))  # |det W|^{1/d}
 
     # the centre: Newton steps from θ* with whitened gradients (a share of what is left)
     remaining = budget.report().remaining_mu
@@ -764,7 +767,7 @@ def private_centring(
     z_step = math.sqrt(1.0 / (2.0 * step_mu))
     step_event = GaussianCost.from_noise_multiplier(z_step)
     theta_c = np.array(start.theta, dtype=float)
-    steps = 0
+    steps, newton_covariance, previous = 0, covariance, None
     for _ in range(_CENTRE_STEPS):
         budget.reserve(step_event, 1, mechanism=f"{label} (centring: Newton step)")
         channel.counter.allow(step_event, 1)
@@ -773,12 +776,22 @@ def private_centring(
             channel, centre=Centre(theta_c, float(clip), whitening), noise_multiplier=z_step
         )
         gradient = release().value + space.logprior_grad(theta_c)
-        # in posterior sds the step is Wᵀ g, its noise N(0, (σ |det W|^{1/d})² I)
-        noise_length = release.noise_std * scale * math.sqrt(d)
+        if previous is not None:  # the curvature along the last step, where it is resolved
+            updated = secant_update(
+                newton_covariance,
+                theta_c - previous[0],
+                gradient - previous[1],
+                2.0 * release.noise_covariance,
+            )
+            newton_covariance = newton_covariance if updated is None else updated
+        root = np.linalg.cholesky(newton_covariance)
+        # in posterior sds the step is Lᵀ g, its noise has covariance Lᵀ V L
+        noise_length = math.sqrt(float(np.trace(root.T @ release.noise_covariance @ root)))
+        signal = float(np.linalg.norm(root.T @ gradient))
         moved = newton_step(
-            theta_c, covariance, gradient, _MAX_CENTRE_STEP, noise_length=noise_length
+            theta_c, newton_covariance, gradient, _MAX_CENTRE_STEP, noise_length=noise_length
         )
-        signal = float(np.linalg.norm(metric.T @ gradient))
+        previous = (theta_c, gradient)
         if space.in_support(moved):
             theta_c = moved
         if signal <= _CENTRE_STOP_SIGNAL * noise_length:

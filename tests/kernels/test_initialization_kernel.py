@@ -118,6 +118,19 @@ def test_newton_from_a_design_recovers_the_mode_and_covariance_and_keeps_zero_co
     assert np.all(result.hessian[off] == 0.0)  # within two noise sd of zero: thresholded
 
 
+def test_a_secant_reads_correlated_gradient_noise_from_its_covariance():
+    # noise sd 1 per coordinate, correlation −0.99: along (1, 1) it nearly cancels, along (1, −1)
+    # it doubles; a covariance matrix tells the two apart, its diagonal alone cannot
+    covariance = np.eye(2)
+    noise = np.array([[1.0, -0.99], [-0.99, 1.0]])
+    step = np.array([1.0, 1.0])
+    change = -np.array([1.0, 1.0])  # sᵀq = 2; the noise of sᵀΔg is √(sᵀVs) = √0.02 ≈ 0.14
+    assert secant_update(covariance, step, change, noise) is not None
+    assert secant_update(covariance, step, change, np.diag(noise)) is None  # √2 > 2 / 4
+    across = np.array([1.0, -1.0])  # sᵀVs = 3.98: sᵀq = 2 is under 4 noise sds
+    assert secant_update(covariance, across, -across, noise) is None
+
+
 def test_a_design_point_outside_the_support_gives_no_newton_step_instead_of_an_error():
     """A release that is undefined there (NaN, nothing read) leaves θ and flags the curvature."""
 
