@@ -41,6 +41,7 @@ _EXPORTS = {
     "check_convergence": "pymc_dp.convergence",
     "privacy_report": "pymc_dp.report",
     "plan_iterations": "pymc_dp.planning",
+    "predict_centre_shift": "pymc_dp.prediction",
     "predict_ess": "pymc_dp.prediction",
     "sample": "pymc_dp.sampling",
     "DPHMC": "pymc_dp.step_methods",
@@ -86,6 +87,7 @@ __all__ = [
     "attach_privacy_metadata",
     "check_convergence",
     "plan_iterations",
+    "predict_centre_shift",
     "predict_ess",
     "privacy_report",
     "sample",
@@ -122,7 +124,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from pymc_dp.oracle import RowLikelihood
     from pymc_dp.parameter_space import ParameterSpace
     from pymc_dp.planning import plan_iterations
-    from pymc_dp.prediction import predict_ess
+    from pymc_dp.prediction import predict_centre_shift, predict_ess
     from pymc_dp.report import attach_privacy_metadata, privacy_report
     from pymc_dp.sampling import sample
     from pymc_dp.step_methods import DPHMC, DPSGHMC, DPSGLD, DPSGNHT, DPBarker, DPPenalty

@@ -38,6 +38,8 @@ __all__ = ["plan_iterations", "sample"]
 
 # Below this predicted effective sample size, pymc_dp.sample warns before sampling.
 _TOO_FEW_EFFECTIVE_DRAWS = 50
+#: A tilt of the target by the centre's noise above this many posterior sd is warned about.
+_LARGEST_CENTRE_SHIFT = 1.0
 
 
 def sample(
@@ -96,6 +98,16 @@ def sample(
             f"({chains} chains × {n_draws} draws; predicted from public quantities and the "
             "private initialisation, before sampling): too few for a converged posterior. "
             "What helps: a larger epsilon, more rows, or fewer parameters.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    shift = getattr(step, "centre_shift_sd", lambda: float("nan"))()
+    if shift > _LARGEST_CENTRE_SHIFT:  # public: from the private Σ̂ and the noise scale
+        warnings.warn(
+            f"The noise of this budget's centre release tilts the target by about {shift:.1f} "
+            "posterior sd per direction (a random shift, centre_shift_sd in the privacy "
+            "report): the means can be off by that much however long the chains run. What "
+            "helps: a larger epsilon or more rows.",
             ConvergenceWarning,
             stacklevel=2,
         )

@@ -54,3 +54,57 @@ def test_predict_ess_grows_with_epsilon_and_rows():
     assert ess(1, 1e5) < ess(5, 1e5) < ess(10, 1e5)
     assert ess(1, 1e5) < ess(1, 1e6)
     assert ess(1, 1e5) < 10  # the quickstart at ε = 1: a handful, as measured
+
+
+# ---------------------------------------------------------------- the centre's tilt
+
+
+def linear_model(n: int, seed: int):
+    """A linear regression with five covariates (d = 7), written as PyMC's docs write it."""
+    import pymc as pm
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5))
+    y = 0.5 + X @ np.array([1.0, -0.5, 0.3, 0.0, 0.2]) + rng.normal(size=n)
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 10)
+        beta = pm.Normal("beta", 0, 10, shape=5)
+        sigma = pm.HalfNormal("sigma", 5)
+        pm.Normal("y", alpha + pm.math.dot(X, beta), sigma, observed=y)
+    return model
+
+
+def test_the_predicted_centre_shift_scales_as_the_noise_and_refuses_bad_input():
+    base = pymc_dp.predict_centre_shift(1.0, 1e-6, n=10_000, d=4)
+    assert pymc_dp.predict_centre_shift(1.0, 1e-6, n=40_000, d=4) == pytest.approx(base / 2)
+    assert pymc_dp.predict_centre_shift(1.0, 1e-6, n=10_000, d=16) == pytest.approx(2 * base)
+    assert pymc_dp.predict_centre_shift(5.0, 1e-6, n=10_000, d=4) < base / 3
+    with pytest.raises(pymc_dp.InvalidParameterError, match="n must be a positive integer"):
+        pymc_dp.predict_centre_shift(1.0, 1e-6, n=0, d=4)
+    with pytest.raises(pymc_dp.InvalidParameterError, match="clip_multiple"):
+        pymc_dp.predict_centre_shift(1.0, 1e-6, n=100, d=4, clip_multiple=-1.0)
+
+
+@pytest.mark.parametrize(("n", "epsilon"), [(10_000, 1.0), (20_000, 0.5), (100_000, 5.0)])
+def test_the_predicted_centre_shift_is_within_a_factor_two_of_the_stated_one(n, epsilon):
+    with linear_model(n, seed=1):
+        step = pymc_dp.DPPenalty(budget=pymc_dp.PrivacyBudget(epsilon, 1e-6), noise_rng=1)
+        step.prepare(chains=2)  # the private initialisation and centring, nothing sampled
+    stated = step.centre_shift_sd()
+    predicted = pymc_dp.predict_centre_shift(epsilon, 1e-6, n=n, d=7)
+    assert 0.5 < predicted / stated < 2.0, (predicted, stated)
+
+
+def test_sample_warns_when_the_centre_noise_tilts_the_target_by_more_than_a_sd():
+    with linear_model(10_000, seed=2):
+        step = pymc_dp.DPPenalty(budget=pymc_dp.PrivacyBudget(1.0, 1e-6), noise_rng=2)
+        with pytest.warns(pymc_dp.ConvergenceWarning, match="tilts the target by about") as rec:
+            pymc_dp.sample(step, chains=2, tune=20, draws=40, cores=1, progressbar=False)
+    assert step.centre_shift_sd() > 1.0
+    message = next(str(w.message) for w in rec if "tilts the target" in str(w.message))
+    assert f"about {step.centre_shift_sd():.1f} posterior sd" in message
+    # a budget that pins the centre states a shift well under the warning threshold
+    with linear_model(100_000, seed=2):
+        step = pymc_dp.DPPenalty(budget=pymc_dp.PrivacyBudget(5.0, 1e-6), noise_rng=2)
+        step.prepare(chains=2)
+    assert step.centre_shift_sd() < 0.5

@@ -374,6 +374,18 @@ class DPPenalty(DPStep):
     def _unit_cost(self, scale: float) -> Any:
         return GaussianCost.from_noise_multiplier(scale * self._target_noise_multiplier())
 
+    def centre_shift_sd(self) -> float:
+        """How far, in posterior sd per direction, the centre's noise tilts the target.
+
+        The largest sd of the mean's shift ``Σ ξ`` (:meth:`Centring.shift_sd
+        <pymc_dp.step_methods.initialization.Centring.shift_sd>`): public, from the private
+        posterior covariance and the noise scale. ``nan`` before the centring or without the
+        control variate. :func:`pymc_dp.predict_centre_shift` predicts it before the data are
+        read.
+        """
+        centring = self._centring
+        return float("nan") if centring is None else float(centring.shift_sd())
+
     def predicted_ess(self) -> float:
         """Effective draws this prepared step's plan can give (:mod:`pymc_dp.prediction`).
 
