@@ -535,6 +535,8 @@ def private_initialization(
     # curvature (all noise, e.g. a Student-t's degrees of freedom at ε = 1) once put
     # log ν thirty units away, and nothing after it brings a chain back from there
     theta_star = np.clip(theta_star, theta_1 - 2.0 * reach, theta_1 + 2.0 * reach)
+    if not space.in_support(theta_star):
+        theta_star = theta_1
 
     # 7. refinement (only when allowed), in a second reservation
     refined = None
