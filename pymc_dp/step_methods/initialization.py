@@ -765,12 +765,14 @@ def private_centring(
     remaining = budget.report().remaining_mu
     if remaining is None:  # non-Gaussian spending on this ledger: a share of what is left
         remaining = max(budget.capacity_mu - start.mu - 3 * mu_histogram, 0.0)
-    step_mu = max(_CENTRE_STEP_SHARE * remaining / _CENTRE_STEPS, mu_histogram)
-    z_step = math.sqrt(1.0 / (2.0 * step_mu))
-    step_event = GaussianCost.from_noise_multiplier(z_step)
+    # (a noisy step is shrunk towards nothing: no floor on its share, which must fit)
+    step_mu = _CENTRE_STEP_SHARE * remaining / _CENTRE_STEPS
+    planned = _CENTRE_STEPS if step_mu > 0 else 0
+    z_step = math.sqrt(1.0 / (2.0 * step_mu)) if planned else math.inf
+    step_event = GaussianCost.from_noise_multiplier(z_step) if planned else None
     theta_c = np.array(start.theta, dtype=float)
     steps, newton_covariance, previous = 0, covariance, None
-    for _ in range(_CENTRE_STEPS):
+    for _ in range(planned):
         budget.reserve(step_event, 1, mechanism=f"{label} (centring: Newton step)")
         channel.counter.allow(step_event, 1)
         steps += 1
@@ -826,7 +828,7 @@ def private_centring(
     channel.counter.allow(gradient_event, 1)
     release = CentreGradientRelease(channel, centre=centre, noise_multiplier=z_gradient)
     released = release()
-    steps_mu = steps * float(step_event.gaussian_mu())
+    steps_mu = steps * float(step_event.gaussian_mu()) if steps else 0.0
     return Centring(
         centre=centre,
         gradient=np.asarray(released.value, dtype=float),
