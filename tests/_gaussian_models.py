@@ -14,9 +14,9 @@ GAUSSIAN = Banana(d=2, a=0.0)  # Gaussian model with known covariance (T§5.1)
 
 
 @cache
-def gaussian_setup():
-    """The oracle of 1000 rows of ``GAUSSIAN``, its posterior mean and sd."""
-    data = GAUSSIAN.simulate(1000, np.random.default_rng(1))
+def gaussian_setup(n: int = 1000):
+    """The oracle of ``n`` rows of ``GAUSSIAN``, its posterior mean and sd."""
+    data = GAUSSIAN.simulate(n, np.random.default_rng(1))
     oracle = RowLikelihood(GAUSSIAN.model(data))
     mean, var = GAUSSIAN.posterior_params(data)
     return oracle, mean, np.sqrt(var)

@@ -7,34 +7,22 @@ but nothing clipped, the chain matches the closed-form posterior; without the �
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import pytest
+from _gaussian_models import gaussian_setup
 from scipy import stats
 
-from pymc_dp import RowLikelihood
 from pymc_dp.kernels.hmc import HMCMechanisms, HMCParams, HMCState, hmc_kernel, leapfrog
 from pymc_dp.mechanisms import GradientRelease, LLRRelease, PrivateChannel
 from pymc_dp.noise import NoiseSource
 from pymc_dp.releases import Release
-from pymc_dp.testing import Banana
 
-SPEC = Banana(d=2, a=0.0)
 GRAD_CLIP = 5.0  # per-row gradient norms stay below 3 on this data (asserted: nothing clipped)
 LLR_CLIP = 5.0  # per unit jump
 
 
-@cache
-def gaussian_setup():
-    data = SPEC.simulate(10_000, np.random.default_rng(1))
-    oracle = RowLikelihood(SPEC.model(data))
-    mean, var = SPEC.posterior_params(data)
-    return oracle, mean, np.sqrt(var)
-
-
 def run_chain(iterations: int, *, penalty: bool = True, z_l: float = 3.0, seed: int = 2):
-    oracle, mean, sd = gaussian_setup()
+    oracle, mean, sd = gaussian_setup(10_000)
     rng = np.random.default_rng(seed)
     channel = PrivateChannel(oracle, NoiseSource(seed + 1))
     # z_g = 3: gradient noise of sd 30 per coordinate, next to a posterior gradient of
@@ -74,13 +62,13 @@ def run_chain(iterations: int, *, penalty: bool = True, z_l: float = 3.0, seed: 
 
 
 def ks_pvalues(draws: np.ndarray, thin: int) -> list[float]:
-    _, mean, sd = gaussian_setup()
+    _, mean, sd = gaussian_setup(10_000)
     return [stats.kstest(draws[::thin, k], stats.norm(mean[k], sd[k]).cdf).pvalue for k in range(2)]
 
 
 @pytest.mark.slow
 def test_dp_hmc_targets_the_exact_posterior():
-    _, mean, sd = gaussian_setup()
+    _, mean, sd = gaussian_setup(10_000)
     draws, acceptance, clipped, sigma = run_chain(8000)
     assert clipped == 0  # the regime where DP HMC is exact
     assert sigma > 0.7  # the ratio noise is far from negligible
@@ -93,7 +81,7 @@ def test_dp_hmc_targets_the_exact_posterior():
 
 @pytest.mark.slow
 def test_negative_control_without_the_penalty_term_is_wrong():
-    _, _, sd = gaussian_setup()
+    _, _, sd = gaussian_setup(10_000)
     # ratio noise σ_l ≈ 5: without the penalty the chain still accepts about 60 % of proposals
     # (it mixes well) but too many of them lead outward
     draws, acceptance, clipped, sigma = run_chain(8000, penalty=False, z_l=10.0)
@@ -157,7 +145,7 @@ def test_a_hugely_negative_released_energy_change_is_a_divergence():
 
 
 def test_gradient_release_noise_scale_temperature_and_counting():
-    oracle, mean, _ = gaussian_setup()
+    oracle, mean, _ = gaussian_setup(10_000)
     channel = PrivateChannel(oracle)
     release = GradientRelease(channel, grad_clip=GRAD_CLIP, noise_multiplier=2.0, temperature=0.5)
     theta = mean + np.array([0.02, -0.01])
