@@ -26,6 +26,7 @@ import warnings
 from typing import Any
 
 import arviz as az
+import numpy as np
 import pymc as pm
 
 from pymc_dp.convergence import check_convergence
@@ -40,6 +41,8 @@ __all__ = ["plan_iterations", "sample"]
 _TOO_FEW_EFFECTIVE_DRAWS = 50
 #: A tilt of the target by the centre's noise above this many posterior sd is warned about.
 _LARGEST_CENTRE_SHIFT = 1.0
+#: Tags the preparation's public stream, apart from the chains' streams of the same seed.
+_PREPARATION_STREAM = 0x70726570
 
 
 def sample(
@@ -69,8 +72,9 @@ def sample(
     draws : int, optional
         Draws per chain kept after tuning; default: the rest of each chain's share.
     cores, random_seed, progressbar, **kwargs
-        Passed to ``pm.sample``. ``random_seed`` seeds the public randomness only (proposals,
-        momenta, accept draws); DP noise never comes from it.
+        Passed to ``pm.sample``. ``random_seed`` seeds the public randomness only (the private
+        initialisation's designs, proposals, momenta, accept draws), so a run is reproducible
+        up to its DP noise; DP noise never comes from it.
 
     Returns
     -------
@@ -88,6 +92,7 @@ def sample(
     step.check_model_unchanged()
     if tune is None:  # a privately initialised step starts in the bulk: less tuning
         tune = 0.2 if (step.automatic or step.init_share) and step.name == "dp_penalty" else 0.5
+    _seed_preparation(step, random_seed)
     # a step on automatic settings chooses them privately here (once), then plans
     n_tune, n_draws = step.prepare(chains=chains, tune=tune, draws=draws)
     step.plan(tune=n_tune, draws=n_draws, chains=chains)
@@ -130,6 +135,29 @@ def sample(
     if not check.converged:
         warnings.warn(check.summary(), ConvergenceWarning, stacklevel=2)
     return release
+
+
+def _seed_preparation(step: DPStep, random_seed: Any) -> None:
+    """Seed the public randomness of the step's private initialisation from ``random_seed``.
+
+    ``step.prepare`` runs before ``pm.sample`` (which seeds only the chains) and draws public
+    designs (directions, pairs) from the step's generator. A given ``random_seed`` seeds it, on
+    a stream of its own (tagged), so the same seed gives the same designs. The DP noise is not
+    drawn from this generator (:class:`~pymc_dp.noise.NoiseSource`).
+    """
+    if random_seed is None or step.prepared:
+        return
+    if isinstance(random_seed, np.random.Generator):
+        step.rng = np.random.default_rng(random_seed.integers(2**63))
+        return
+    try:
+        entropy = [int(s) for s in np.atleast_1d(random_seed)]
+    except (TypeError, ValueError):
+        raise InvalidParameterError(
+            f"random_seed must be an int, a sequence of ints or a numpy Generator, got "
+            f"{type(random_seed).__name__}."
+        ) from None
+    step.rng = np.random.default_rng([*entropy, _PREPARATION_STREAM])
 
 
 def _refuse_leaky_options(kwargs: dict[str, Any]) -> None:

@@ -195,3 +195,30 @@ def test_plain_pm_sample_prepares_a_sequential_automatic_step_once():
     start = idata.posterior["mu"].values[:, 0]
     assert start[0] != start[1]  # the chains start dispersed around the private mode
     assert np.all(np.abs(start - mean[0]) / sd[0] < 10)
+
+
+def test_random_seed_makes_an_automatic_run_reproducible_up_to_its_dp_noise():
+    """random_seed seeds the initialisation's public designs as well as the chains."""
+
+    def run(random_seed, noise_rng=None):
+        model, _, _ = normal_model(2_000, seed=4)
+        with model:
+            step = pymc_dp.DPPenalty(
+                budget=pymc_dp.PrivacyBudget(epsilon=2.0, delta=1e-6), noise_rng=noise_rng
+            )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", pymc_dp.ConvergenceWarning)
+                idata = pymc_dp.sample(
+                    step, chains=2, draws=30, cores=1, random_seed=random_seed, **quiet()
+                )
+        return step.private_start.theta, idata.posterior["mu"].values
+
+    start, draws = run(3, noise_rng=5)
+    again_start, again_draws = run(3, noise_rng=5)
+    np.testing.assert_array_equal(start, again_start)  # the same designs and noise seed
+    np.testing.assert_array_equal(draws, again_draws)
+    other_start, _ = run(4, noise_rng=5)
+    assert not np.array_equal(start, other_start)  # the seed reaches the initialisation
+    fresh_start, fresh_draws = run(3)  # OS-entropy noise: random_seed does not fix it
+    assert not np.array_equal(start, fresh_start)
+    assert not np.array_equal(draws, fresh_draws)
