@@ -242,7 +242,7 @@ def predict_centre_shift(
     ``κ`` (``clip_multiple``) the clip's multiple of the typical row's whitened gradient norm
     (the private clip is a far tail: 4–12 on the validation zoo). ``z = 1/√(2μ_G)`` with
     ``μ_G`` the part of the Gaussian capacity ``M*`` the plan leaves for that release at
-    least: after the initialisation (``init_share``), the centring's three histograms
+    least: after the initialisation (``init_share``), the centring's four histogram-sized releases
     (3 % of ``M*`` each) and its Newton steps (a quarter of the rest), half of what is left.
     Public quantities only: use it before touching the data. At about 1 or more, the
     released posterior's means can be off by a posterior sd or more whatever the sampler
@@ -250,7 +250,7 @@ def predict_centre_shift(
     the step states the actual value (``step.centre_shift_sd()``, ``centre_shift_sd`` in the
     privacy report).
     """
-    from pymc_dp.step_methods.initialization import _CENTRE_STEP_SHARE
+    from pymc_dp.step_methods.initialization import _CENTRE_STEP_SHARE, _CENTRING_HISTOGRAMS
     from pymc_dp.step_methods.penalty import _CENTRING_HISTOGRAM_SHARE
 
     for name, value in (("n", n), ("d", d)):
@@ -262,7 +262,7 @@ def predict_centre_shift(
             f"{clip_multiple!r} and {init_share!r}."
         )
     capacity = float(gaussian_capacity(epsilon, delta))
-    left = (1.0 - float(init_share) - 3 * _CENTRING_HISTOGRAM_SHARE) * capacity
+    left = (1.0 - float(init_share) - _CENTRING_HISTOGRAMS * _CENTRING_HISTOGRAM_SHARE) * capacity
     mu_gradient = 0.5 * (1.0 - _CENTRE_STEP_SHARE) * max(left, 0.0)
     if mu_gradient <= 0:
         return float("inf")

@@ -606,6 +606,8 @@ def private_initialization(
     )
 
 
+#: The centring's releases of a histogram's size: norms at θ* and at θ_c, Fisher, ratios.
+_CENTRING_HISTOGRAMS = 4
 #: Public pairs of points at which the centred ratios are counted.
 _CENTRING_PAIRS = 8
 #: The longest Newton step from θ* to the centre, in posterior sds.
@@ -695,7 +697,7 @@ def private_centring(
 
     Reservations, each made before its read (theory §7, step 8):
 
-    1. Three releases of ``histogram_share · M*`` each. At ``θ*``, whitened with ``P₀`` (from
+    1. Four releases of ``histogram_share · M*`` each. At ``θ*``, whitened with ``P₀`` (from
        the initialisation's ``Σ̂₀``; ``P = Wᵀ/|det W|^{1/d}`` for a Cholesky factor ``W``): a
        :class:`~pymc_dp.mechanisms.GradNormHistogram` of ``‖P₀ ∇ℓ_i‖`` (its far tail is the
        clip ``C₀``), then a :class:`~pymc_dp.mechanisms.FisherRelease` with that clip, whence
@@ -704,11 +706,13 @@ def private_centring(
        does not resolve keeps ``Σ̂₀``'s information). Whitening with the initialisation's
        curvature gives every direction an equal share of the clip, so the Fisher resolves
        the weak ones. ``P`` (from ``Σ̂``) whitens the centre's releases (their noise then moves
-       every direction of the target by the same number of posterior sds), with the clip
-       ``C₀`` rescaled by the ratio of the rows' expected norms under ``P`` and ``P₀``.
-       The third, a :class:`~pymc_dp.mechanisms.CentredRatioHistogram` at ``_CENTRING_PAIRS``
-       public pairs around the centre drawn like the sampler's proposals
-       (:func:`centring_pairs`), gives ``h``, its far tail (the rule of the gradient clips).
+       every direction of the target by the same number of posterior sds); the Newton steps
+       use the clip ``C₀`` rescaled by the ratio of the rows' expected norms under ``P`` and
+       ``P₀``. The third, after the steps, a histogram of ``‖P ∇ℓ_i(θ_c)‖`` gives ``Ĝ``'s clip
+       ``C`` (the tail at ``θ_c`` can be far heavier than at ``θ*``). The fourth, a
+       :class:`~pymc_dp.mechanisms.CentredRatioHistogram` at ``_CENTRING_PAIRS`` public pairs
+       around the centre drawn like the sampler's proposals (:func:`centring_pairs`), gives
+       ``h``, its far tail (the rule of the gradient clips).
     2. Newton steps to the centre ``θ_c`` (at most ``_CENTRE_STEPS``, ``_CENTRE_STEP_SHARE`` of
        what is left between them): a whitened :class:`~pymc_dp.mechanisms.CentreGradientRelease`
        at the current point, the step ``Σ̂ g`` shrunk by its noise
@@ -728,13 +732,17 @@ def private_centring(
     mu_histogram = float(histogram_share) * budget.capacity_mu
     z_histogram = math.sqrt(1.0 / (2.0 * mu_histogram))
     histogram_event = GaussianCost.from_noise_multiplier(z_histogram)
-    if not budget.fits(histogram_event, 3):
+    if not budget.fits(histogram_event, _CENTRING_HISTOGRAMS):
         raise BudgetExceededError(
             f"{budget.spent_summary()}; the centring of the ratio does not fit beside what is "
             "already spent. Nothing was read."
         )
-    budget.reserve(histogram_event, 3, mechanism=f"{label} (centring: curvature, histograms)")
-    channel.counter.allow(histogram_event, 3)
+    budget.reserve(
+        histogram_event,
+        _CENTRING_HISTOGRAMS,
+        mechanism=f"{label} (centring: curvature, histograms)",
+    )
+    channel.counter.allow(histogram_event, _CENTRING_HISTOGRAMS)
     # the clip in the initialisation's whitened coordinates: a histogram of ‖P₀ ∇ℓ_i(θ*)‖
     first_whitening = _whitening_of(np.linalg.cholesky(start.covariance))
     norms = GradNormHistogram(
@@ -764,7 +772,7 @@ def private_centring(
     # the centre: Newton steps from θ* with whitened gradients (a share of what is left)
     remaining = budget.report().remaining_mu
     if remaining is None:  # non-Gaussian spending on this ledger: a share of what is left
-        remaining = max(budget.capacity_mu - start.mu - 3 * mu_histogram, 0.0)
+        remaining = max(budget.capacity_mu - start.mu - _CENTRING_HISTOGRAMS * mu_histogram, 0.0)
     # (a noisy step is shrunk towards nothing: no floor on its share, which must fit)
     step_mu = _CENTRE_STEP_SHARE * remaining / _CENTRE_STEPS
     planned = _CENTRE_STEPS if step_mu > 0 else 0
@@ -800,6 +808,17 @@ def private_centring(
             theta_c = moved
         if signal <= _CENTRE_STOP_SIGNAL * noise_length:
             break
+    # the clip of Ĝ from the rows' whitened norms at θ_c itself: their tail can be far heavier
+    # there than at θ* (a mixture's responsibilities), and a clip below it biases Ĝ, and the
+    # sampler's target with it, by the clipped rows' excess (14 sd on the zoo's mixture)
+    norms = GradNormHistogram(
+        channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, whitening=whitening
+    )(theta_c)
+    centre_clip = clip_from_counts(
+        norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up
+    )
+    if np.isfinite(centre_clip):
+        clip = centre_clip
     centre = Centre(theta_c, float(clip), whitening)
     template = CentredLLRRelease(  # for the bound only: it releases nothing
         channel,
@@ -820,7 +839,8 @@ def private_centring(
 
     remaining = budget.report().remaining_mu
     if remaining is None:  # non-Gaussian spending on this ledger: a share of what is left
-        remaining = max(budget.capacity_mu - start.mu - 3 * mu_histogram - steps * step_mu, 0.0)
+        remaining = budget.capacity_mu - start.mu - _CENTRING_HISTOGRAMS * mu_histogram
+        remaining = max(remaining - steps * step_mu, 0.0)
     mu_gradient = max(remaining - float(sampler_mu(remainder_clip)), 0.5 * remaining)
     z_gradient = math.sqrt(1.0 / (2.0 * mu_gradient))
     gradient_event = GaussianCost.from_noise_multiplier(z_gradient)
@@ -835,9 +855,13 @@ def private_centring(
         gradient_covariance=release.noise_covariance,
         metric=metric,
         remainder_clip=remainder_clip,
-        mu=float(3 * histogram_event.gaussian_mu() + steps_mu + gradient_event.gaussian_mu()),
+        mu=float(
+            _CENTRING_HISTOGRAMS * histogram_event.gaussian_mu()
+            + steps_mu
+            + gradient_event.gaussian_mu()
+        ),
         phases={
-            "clip selection": 2 * float(histogram_event.gaussian_mu()),
+            "clip selection": (_CENTRING_HISTOGRAMS - 1) * float(histogram_event.gaussian_mu()),
             "initialisation": float(
                 histogram_event.gaussian_mu() + steps_mu + gradient_event.gaussian_mu()
             ),
