@@ -116,6 +116,19 @@ def sample(
             ConvergenceWarning,
             stacklevel=2,
         )
+    unresolved = getattr(step, "unresolved_directions", lambda: None)()
+    d = step.space.ndim
+    if unresolved is not None and unresolved > d / 2:  # public: from the Fisher release
+        warnings.warn(
+            f"This budget resolves the posterior's curvature in only {d - unresolved} of {d} "
+            "directions (in the others the noise of the released Fisher information is "
+            "larger than the information, unresolved_directions in the privacy report): the "
+            "proposals' scale there is the initialisation's rougher guess, and with strongly "
+            "correlated parameters (a non-centred hierarchy) it can be far off, so the chains "
+            "may not converge. What helps: a larger epsilon, more rows, or fewer parameters.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
     idata_kwargs = {**kwargs.pop("idata_kwargs", {}), "log_likelihood": False}
     with model:
         idata = pm.sample(

@@ -25,7 +25,11 @@ from pymc_dp import RowLikelihood
 from pymc_dp.accounting import GaussianCost
 from pymc_dp.convergence import check_convergence
 from pymc_dp.errors import BudgetExceededError, InvalidParameterError
-from pymc_dp.kernels.initialization import covariance_from_fisher, newton_step
+from pymc_dp.kernels.initialization import (
+    covariance_from_fisher,
+    newton_step,
+    unresolved_directions,
+)
 from pymc_dp.kernels.penalty import (
     PenaltyMechanisms,
     PenaltyParams,
@@ -454,3 +458,16 @@ def test_the_centre_gradient_clip_covers_the_rows_tail_at_the_centre():
     rows = step._channel._oracle.grad_rows(centre.theta) @ centre.whitening.T
     above = int(np.sum(np.linalg.norm(rows, axis=1) > centre.grad_clip))
     assert above <= 100, above  # 0.5 % of the rows
+
+
+def test_unresolved_directions_count_the_eigenvalues_under_the_noise_radius():
+    rng = np.random.default_rng(4)
+    d, sigma = 12, 1.0  # radius 2σ√d ≈ 6.9
+    basis, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    strong = np.array([60.0] * 5 + [0.5] * 7)  # five resolved, seven not
+    for _ in range(20):
+        noise = rng.standard_normal((d, d)) * sigma
+        noise = np.triu(noise) + np.triu(noise, 1).T  # the release's symmetric noise
+        fisher = (basis * strong) @ basis.T + noise
+        assert unresolved_directions(fisher, sigma) == 7
+    assert unresolved_directions((basis * strong) @ basis.T, 1e-9) == 0  # no noise: all seen

@@ -109,8 +109,15 @@ def test_sample_warns_when_the_centre_noise_tilts_the_target_by_more_than_a_sd()
     assert step.centre_shift_sd() > 1.0
     message = next(str(w.message) for w in rec if "tilts the target" in str(w.message))
     assert f"about {step.centre_shift_sd():.1f} posterior sd" in message
-    # a budget that pins the centre states a shift well under the warning threshold
+    # there the Fisher release resolves 0–2 of the 7 directions (over 3 public seeds): said too
+    unresolved = step.unresolved_directions()
+    assert unresolved > 3.5
+    message = next(str(w.message) for w in rec if "curvature in only" in str(w.message))
+    assert f"in only {7 - unresolved} of 7 directions" in message
+    # a budget that pins the centre states a shift well under the warning threshold, and
+    # resolves the curvature in every direction
     with linear_model(100_000, seed=2):
         step = pymc_dp.DPPenalty(budget=pymc_dp.PrivacyBudget(5.0, 1e-6), noise_rng=2, rng=2)
         step.prepare(chains=2)
     assert step.centre_shift_sd() < 0.5
+    assert step.unresolved_directions() == 0

@@ -37,6 +37,7 @@ __all__ = [
     "pooled_mode",
     "prior_hessian",
     "secant_update",
+    "unresolved_directions",
 ]
 
 
@@ -222,7 +223,7 @@ def covariance_from_fisher(
     matrix = np.asarray(whitening, dtype=float)
     if matrix.ndim == 1:
         matrix = np.diag(matrix)
-    radius = 2.0 * float(noise_std) * math.sqrt(d)
+    radius = _fisher_noise_radius(noise_std, d)
     prior_values, prior_vectors = np.linalg.eigh(-0.5 * (prior_hessian + prior_hessian.T))
     prior_information = (prior_vectors * np.maximum(prior_values, 0.0)) @ prior_vectors.T
     values, vectors = np.linalg.eigh(fisher)
@@ -240,6 +241,23 @@ def covariance_from_fisher(
     information = inverse @ fisher @ inverse.T + prior_information
     covariance = np.linalg.inv(information)
     return 0.5 * (covariance + covariance.T)
+
+
+def _fisher_noise_radius(noise_std: float, d: int) -> float:
+    """``r = 2σ√d``: about the spectral norm of a symmetric ``d × d`` noise of entry sd ``σ``."""
+    return 2.0 * float(noise_std) * math.sqrt(d)
+
+
+def unresolved_directions(fisher: np.ndarray, noise_std: float) -> int:
+    """How many eigenvalues of a released Fisher matrix are below its noise radius ``2σ√d``.
+
+    Along those eigenvectors the release does not tell the information from its noise, and
+    :func:`covariance_from_fisher` falls back on an earlier, rougher estimate. Public
+    (post-processing of the release).
+    """
+    fisher = np.asarray(fisher, dtype=float)
+    values = np.linalg.eigvalsh(0.5 * (fisher + fisher.T))
+    return int(np.sum(values < _fisher_noise_radius(noise_std, fisher.shape[0])))
 
 
 def newton_step(

@@ -65,6 +65,7 @@ from pymc_dp.kernels.initialization import (
     pooled_mode,
     prior_hessian,
     secant_update,
+    unresolved_directions,
 )
 from pymc_dp.mechanisms import (
     CentredLLRRelease,
@@ -642,6 +643,10 @@ class Centring(NamedTuple):
         information and the gradients under ``"initialisation"``.
     releases : int
         Releases other than histograms: the Fisher information and the gradients.
+    unresolved : int
+        Directions in which the Fisher release does not resolve the information from its noise
+        (:func:`~pymc_dp.kernels.initialization.unresolved_directions`); there ``Σ̂`` keeps
+        the initialisation's rougher curvature.
     """
 
     centre: Centre
@@ -652,6 +657,7 @@ class Centring(NamedTuple):
     mu: float
     phases: dict[str, float]
     releases: int = 3
+    unresolved: int = 0
 
     def shift_sd(self) -> float:
         """The largest standard deviation, in posterior sd, of the mean's shift ``Σ ξ``.
@@ -867,6 +873,7 @@ def private_centring(
             ),
         },
         releases=2 + steps,
+        unresolved=unresolved_directions(fisher.value, fisher.noise_std),
     )
 
 

@@ -386,6 +386,19 @@ class DPPenalty(DPStep):
         centring = self._centring
         return float("nan") if centring is None else float(centring.shift_sd())
 
+    def unresolved_directions(self) -> int | None:
+        """In how many of the ``d`` directions the budget did not resolve the curvature.
+
+        The centring's Fisher release (public, post-processing): along these eigenvectors its
+        noise is larger than the information, and the private posterior covariance ``Σ̂``
+        (the proposals' scale, the chains' spread) keeps the initialisation's rougher
+        estimate, which can be far off where parameters are strongly correlated (a
+        non-centred hierarchy). ``pymc_dp.sample`` warns when that is more than half of them.
+        ``None`` before the centring or without the control variate.
+        """
+        centring = self._centring
+        return None if centring is None else int(centring.unresolved)
+
     def predicted_ess(self) -> float:
         """Effective draws this prepared step's plan can give (:mod:`pymc_dp.prediction`).
 
@@ -477,6 +490,7 @@ class DPPenalty(DPStep):
             meta.update(
                 dp_remainder_clip=centring.remainder_clip,
                 dp_centre_shift_sd=centring.shift_sd(),
+                dp_unresolved_directions=int(centring.unresolved),
             )
         if self.batch_size is None:
             meta.update(dp_mu_per_iteration=self.cost.gaussian_mu())
