@@ -639,7 +639,7 @@ class Centring(NamedTuple):
     mu : float
         PLD parameter spent (every reservation of the centring).
     phases : dict
-        ``μ`` per phase: the two histograms under ``"clip selection"``, the Fisher
+        ``μ`` per phase: the three histograms under ``"clip selection"``, the Fisher
         information and the gradients under ``"initialisation"``.
     releases : int
         Releases other than histograms: the Fisher information and the gradients.
