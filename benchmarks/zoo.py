@@ -12,7 +12,9 @@ and runs ``pymc_dp.sample(step, chains=chains, progressbar=False)`` from PyMC's 
 point. One row per run: the model, n, d (unconstrained parameters), ε, the step's predicted ESS
 (``step.predicted_ess()`` where the step has it, NaN otherwise), max R̂, min bulk ESS, the
 largest ``|mean − reference mean|`` in reference sds, the range of sd ratios (DP / reference),
-the ε spent (from the release's privacy metadata, :func:`pymc_dp.privacy_report`) and the wall
+the ε spent, the stated tilt of the target by the centre's noise (in posterior sd) and the
+directions the Fisher release left unresolved (from the release's privacy metadata,
+:func:`pymc_dp.privacy_report`), the first words of each warning pymc_dp issued, and the wall
 time of building the step and sampling. A run that raises is recorded with the error's class
 and the table goes on. The rows go to ``--out`` (CSV) as they finish; a Markdown table is
 printed at the end.
@@ -52,6 +54,9 @@ COLUMNS = (
     "sd_ratio_max",
     "acceptance",
     "epsilon_spent",
+    "centre_shift_sd",
+    "unresolved",
+    "warnings",
     "seconds",
     "reference",
     "error",
@@ -153,22 +158,40 @@ def run_one(
                 )
             else:
                 step = default_step(args.step, epsilon, n)
-        idata = pymc_dp.sample(
-            step,
-            chains=args.chains,
-            progressbar=False,
-            cores=args.cores,
-            random_seed=args.seed,
-        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            idata = pymc_dp.sample(
+                step,
+                chains=args.chains,
+                progressbar=False,
+                cores=args.cores,
+                random_seed=args.seed,
+            )
+        row["warnings"] = _pymc_dp_warnings(caught)
         row["predicted_ess"] = predicted_ess(step)  # public: from the prepared plan
         row["seconds"] = time.perf_counter() - start
         row.update(summarize(idata, ref))
-        row["epsilon_spent"] = pymc_dp.privacy_report(idata, show=False)["dp_epsilon_spent"]
+        report = pymc_dp.privacy_report(idata, show=False)
+        row["epsilon_spent"] = report["dp_epsilon_spent"]
+        row["centre_shift_sd"] = report.get("dp_centre_shift_sd", "")
+        row["unresolved"] = report.get("dp_unresolved_directions", "")
     except Exception as error:
         row["seconds"] = time.perf_counter() - start
         row["error"] = type(error).__name__
         print(f"  {name} n={n} ε={epsilon:g}: {type(error).__name__}: {error}", file=sys.stderr)
     return row
+
+
+def _pymc_dp_warnings(caught: list[warnings.WarningMessage]) -> str:
+    """The first words of each distinct warning that pymc_dp issued during a run."""
+    seen: list[str] = []
+    for item in caught:
+        if not item.category.__module__.startswith("pymc_dp"):
+            continue
+        words = item.category.__name__ + ": " + " ".join(str(item.message).split()[:8])
+        if words not in seen:
+            seen.append(words)
+    return " / ".join(seen)
 
 
 def _cell(value: Any) -> str:

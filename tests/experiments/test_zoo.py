@@ -195,6 +195,9 @@ def test_benchmark_writes_its_table(tmp_path, capsys):
     assert row["error"] == "" and row["model"] == "poisson" and row["d"] == 4
     assert math.isclose(row["epsilon_spent"], 5.0, rel_tol=1e-3)
     assert all(math.isfinite(row[c]) for c in ("rhat_max", "sd_ratio_min", "seconds"))
+    assert row["centre_shift_sd"] == "" and row["unresolved"] == ""  # explicit: no centring
+    # 60 iterations per chain of 1000 rows: pymc_dp says the run has not converged
+    assert "ConvergenceWarning" in row["warnings"], row["warnings"]
     assert "| poisson | 1000 | 4 | 5 | penalty |" in capsys.readouterr().out
 
 
