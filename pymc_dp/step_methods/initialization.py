@@ -618,6 +618,10 @@ _CENTRE_STEP_SHARE = 0.25
 _CENTRE_STEPS = 3
 #: A step whose gradient is within this many noise lengths of zero ends the Newton steps.
 _CENTRE_STOP_SIGNAL = 3.0
+#: Rounds of (Fisher, Newton steps, norm histogram) at most; another round when the last one's
+#: steps moved the centre further than this many posterior sds from where it read the Fisher.
+_CENTRING_ROUNDS = 3
+_RECENTRE_SD = 5.0
 
 
 class Centring(NamedTuple):
@@ -639,8 +643,8 @@ class Centring(NamedTuple):
     mu : float
         PLD parameter spent (every reservation of the centring).
     phases : dict
-        ``μ`` per phase: the three histograms under ``"clip selection"``, the Fisher
-        information and the gradients under ``"initialisation"``.
+        ``μ`` per phase: the norm and ratio histograms under ``"clip selection"``, the Fisher
+        information (one per round) and the gradients under ``"initialisation"``.
     releases : int
         Releases other than histograms: the Fisher information and the gradients.
     unresolved : int
@@ -714,19 +718,25 @@ def private_centring(
        the weak ones. ``P`` (from ``Σ̂``) whitens the centre's releases (their noise then moves
        every direction of the target by the same number of posterior sds); the Newton steps
        use the clip ``C₀`` rescaled by the ratio of the rows' expected norms under ``P`` and
-       ``P₀``. The third, after the steps, a histogram of ``‖P ∇ℓ_i(θ_c)‖`` gives ``Ĝ``'s clip
-       ``C`` (the tail at ``θ_c`` can be far heavier than at ``θ*``). The fourth, a
+       ``P₀``. The third, after the steps, a histogram of ``‖P ∇ℓ_i(θ_c)‖`` gives the clip
+       ``C`` there (the tail at ``θ_c`` can be far heavier than at ``θ*``). The fourth, a
        :class:`~pymc_dp.mechanisms.CentredRatioHistogram` at ``_CENTRING_PAIRS`` public pairs
        around the centre drawn like the sampler's proposals (:func:`centring_pairs`), gives
        ``h``, its far tail (the rule of the gradient clips).
-    2. Newton steps to the centre ``θ_c`` (at most ``_CENTRE_STEPS``, ``_CENTRE_STEP_SHARE`` of
-       what is left between them): a whitened :class:`~pymc_dp.mechanisms.CentreGradientRelease`
-       at the current point, the step ``Σ̂ g`` shrunk by its noise
-       (:func:`~pymc_dp.kernels.initialization.newton_step`), until a step is within
-       ``_CENTRE_STOP_SIGNAL`` noise lengths of zero. The remainders' bound grows with the
-       centre's distance from the mode, and the initialisation's mode can be tens of sds off
-       when a scale parameter's per-row gradients are heavy-tailed.
-    3. ``Ĝ``: one :class:`~pymc_dp.mechanisms.CentreGradientRelease` at ``θ_c`` with what is
+    2. Newton steps to the centre ``θ_c`` (:func:`_centre_steps`: at most ``_CENTRE_STEPS``,
+       ``_CENTRE_STEP_SHARE`` of what is left between them, each step shrunk by its noise,
+       until one is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero). The remainders'
+       bound grows with the centre's distance from the mode, and the initialisation's mode can
+       be tens of sds off when a scale parameter's per-row gradients are heavy-tailed.
+    3. **Another round** when the steps moved the centre more than ``_RECENTRE_SD`` sds of
+       ``Σ̂`` (at most ``_CENTRING_ROUNDS`` rounds, while two more histogram-sized releases
+       fit): far from the mode the rows' Fisher information can be far from the posterior's
+       (on the zoo's mixture, 100–200 sd out, ``Σ̂``'s sds came out 2.6–4.4 times the truth
+       and the centre stayed 20–45 sd off). A reservation of two releases of
+       ``histogram_share · M*``: the Fisher at ``θ_c`` with the clip ``C`` and the whitening
+       ``P``, then Newton steps with it, then a norm histogram at the new ``θ_c``. ``Ĝ``'s
+       clip is the last round's ``C``.
+    4. ``Ĝ``: one :class:`~pymc_dp.mechanisms.CentreGradientRelease` at ``θ_c`` with what is
        left of the budget once the sampler's need ``sampler_mu(h)`` (PLD ``μ`` of the planned
        run at its target noise, a function of the released ``h``) is set aside, and at least
        half of it. The noise of ``Ĝ`` tilts the sampler's target by ``exp(ξ·θ)``
@@ -750,81 +760,75 @@ def private_centring(
     )
     channel.counter.allow(histogram_event, _CENTRING_HISTOGRAMS)
     # the clip in the initialisation's whitened coordinates: a histogram of ‖P₀ ∇ℓ_i(θ*)‖
-    first_whitening = _whitening_of(np.linalg.cholesky(start.covariance))
-    norms = GradNormHistogram(
-        channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, whitening=first_whitening
-    )(start.theta)
-    steps_up = _hidden_margin(norms.noise_std, n)
-    first_clip = clip_from_counts(
-        norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up
-    )
-    if not np.isfinite(first_clip):  # nothing visible: four times the typical norm if Σ̂₀ is right
-        first_clip = 4.0 * _typical_norm(np.linalg.inv(start.covariance), first_whitening, n)
-    # the curvature at θ*: the clipped Fisher information, whitened with Σ̂₀
-    fisher = FisherRelease(
-        channel, grad_clip=first_clip, noise_multiplier=z_histogram, whitening=first_whitening
-    )(start.theta)
-    prior = prior_hessian(space.logprior_grad, start.theta)  # public
-    covariance = covariance_from_fisher(
-        fisher.value, first_whitening, fisher.noise_std, prior, fallback=start.covariance
-    )
-    metric = np.linalg.cholesky(covariance)
-    whitening = _whitening_of(metric)
-    information = np.linalg.inv(covariance)
-    clip = first_clip * (
-        _typical_norm(information, whitening, n) / _typical_norm(information, first_whitening, n)
-    )
-
-    # the centre: Newton steps from θ* with whitened gradients (a share of what is left)
-    remaining = budget.report().remaining_mu
-    if remaining is None:  # non-Gaussian spending on this ledger: a share of what is left
-        remaining = max(budget.capacity_mu - start.mu - _CENTRING_HISTOGRAMS * mu_histogram, 0.0)
-    # (a noisy step is shrunk towards nothing: no floor on its share, which must fit)
-    step_mu = _CENTRE_STEP_SHARE * remaining / _CENTRE_STEPS
-    planned = _CENTRE_STEPS if step_mu > 0 else 0
-    z_step = math.sqrt(1.0 / (2.0 * step_mu)) if planned else math.inf
-    step_event = GaussianCost.from_noise_multiplier(z_step) if planned else None
-    theta_c = np.array(start.theta, dtype=float)
-    steps, newton_covariance, previous = 0, covariance, None
-    for _ in range(planned):
-        budget.reserve(step_event, 1, mechanism=f"{label} (centring: Newton step)")
-        channel.counter.allow(step_event, 1)
-        steps += 1
-        release = CentreGradientRelease(
-            channel, centre=Centre(theta_c, float(clip), whitening), noise_multiplier=z_step
-        )
-        gradient = release().value + space.logprior_grad(theta_c)
-        if previous is not None:  # the curvature along the last step, where it is resolved
-            updated = secant_update(
-                newton_covariance,
-                theta_c - previous[0],
-                gradient - previous[1],
-                2.0 * release.noise_covariance,
-            )
-            newton_covariance = newton_covariance if updated is None else updated
-        root = np.linalg.cholesky(newton_covariance)
-        # in posterior sds the step is Lᵀ g, its noise has covariance Lᵀ V L
-        noise_length = math.sqrt(float(np.trace(root.T @ release.noise_covariance @ root)))
-        signal = float(np.linalg.norm(root.T @ gradient))
-        moved = newton_step(
-            theta_c, newton_covariance, gradient, _MAX_CENTRE_STEP, noise_length=noise_length
-        )
-        previous = (theta_c, gradient)
-        if space.in_support(moved):
-            theta_c = moved
-        if signal <= _CENTRE_STOP_SIGNAL * noise_length:
-            break
-    # the clip of Ĝ from the rows' whitened norms at θ_c itself: their tail can be far heavier
-    # there than at θ* (a mixture's responsibilities), and a clip below it biases Ĝ, and the
-    # sampler's target with it, by the clipped rows' excess (14 sd on the zoo's mixture)
+    whitening = _whitening_of(np.linalg.cholesky(start.covariance))
     norms = GradNormHistogram(
         channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, whitening=whitening
-    )(theta_c)
-    centre_clip = clip_from_counts(
-        norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up
-    )
-    if np.isfinite(centre_clip):
-        clip = centre_clip
+    )(start.theta)
+    steps_up = _hidden_margin(norms.noise_std, n)
+    clip = clip_from_counts(norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up)
+    if not np.isfinite(clip):  # nothing visible: four times the typical norm if Σ̂₀ is right
+        clip = 4.0 * _typical_norm(np.linalg.inv(start.covariance), whitening, n)
+    theta_c = np.array(start.theta, dtype=float)
+    steps, step_mus, rounds = 0, [], 0
+    while True:
+        rounds += 1
+        # the curvature at the current centre: the clipped Fisher information, whitened with
+        # the last private covariance (Σ̂₀ in the first round)
+        fisher = FisherRelease(
+            channel, grad_clip=clip, noise_multiplier=z_histogram, whitening=whitening
+        )(theta_c)
+        prior = prior_hessian(space.logprior_grad, theta_c)  # public
+        covariance = covariance_from_fisher(
+            fisher.value, whitening, fisher.noise_std, prior, fallback=start.covariance
+        )
+        information = np.linalg.inv(covariance)
+        old_whitening, whitening = whitening, _whitening_of(np.linalg.cholesky(covariance))
+        clip = clip * (
+            _typical_norm(information, whitening, n) / _typical_norm(information, old_whitening, n)
+        )
+        # Newton steps from there with whitened gradients (a share of what is left)
+        remaining = budget.report().remaining_mu
+        if remaining is None:  # non-Gaussian spending on this ledger: a share of what is left
+            remaining = max(
+                budget.capacity_mu
+                - start.mu
+                - (_CENTRING_HISTOGRAMS + 2 * (rounds - 1)) * mu_histogram
+                - sum(step_mus),
+                0.0,
+            )
+        round_start = theta_c
+        theta_c, taken, step_mu = _centre_steps(
+            channel, budget, theta_c, covariance, clip, whitening, remaining, label
+        )
+        steps += taken
+        step_mus += [step_mu] * taken
+        # the clip at the new centre from the rows' whitened norms there: their tail can be
+        # far heavier than where the round began (a mixture's responsibilities), and a clip
+        # below it biases what is released there by the clipped rows' excess (14 sd of Ĝ on
+        # the zoo's mixture)
+        norms = GradNormHistogram(
+            channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, whitening=whitening
+        )(theta_c)
+        centre_clip = clip_from_counts(
+            norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up
+        )
+        if np.isfinite(centre_clip):
+            clip = centre_clip
+        # a long way from where the curvature was read: read it again there (a Fisher far from
+        # the mode can be far from the information, e.g. a mixture's), and its norms
+        moved = float(
+            np.linalg.norm(np.linalg.solve(np.linalg.cholesky(covariance), theta_c - round_start))
+        )
+        if (
+            rounds >= _CENTRING_ROUNDS
+            or moved <= _RECENTRE_SD
+            or not budget.fits(histogram_event, 2)
+        ):
+            break
+        budget.reserve(histogram_event, 2, mechanism=f"{label} (centring: curvature again)")
+        channel.counter.allow(histogram_event, 2)
+    metric = np.linalg.cholesky(covariance)
+    histograms = _CENTRING_HISTOGRAMS + 2 * (rounds - 1)
     centre = Centre(theta_c, float(clip), whitening)
     template = CentredLLRRelease(  # for the bound only: it releases nothing
         channel,
@@ -845,8 +849,8 @@ def private_centring(
 
     remaining = budget.report().remaining_mu
     if remaining is None:  # non-Gaussian spending on this ledger: a share of what is left
-        remaining = budget.capacity_mu - start.mu - _CENTRING_HISTOGRAMS * mu_histogram
-        remaining = max(remaining - steps * step_mu, 0.0)
+        remaining = budget.capacity_mu - start.mu - histograms * mu_histogram
+        remaining = max(remaining - sum(step_mus), 0.0)
     mu_gradient = max(remaining - float(sampler_mu(remainder_clip)), 0.5 * remaining)
     z_gradient = math.sqrt(1.0 / (2.0 * mu_gradient))
     gradient_event = GaussianCost.from_noise_multiplier(z_gradient)
@@ -854,27 +858,84 @@ def private_centring(
     channel.counter.allow(gradient_event, 1)
     release = CentreGradientRelease(channel, centre=centre, noise_multiplier=z_gradient)
     released = release()
-    steps_mu = steps * float(step_event.gaussian_mu()) if steps else 0.0
+    steps_mu = math.fsum(step_mus)
+    histogram_mu = float(histogram_event.gaussian_mu())
     return Centring(
         centre=centre,
         gradient=np.asarray(released.value, dtype=float),
         gradient_covariance=release.noise_covariance,
         metric=metric,
         remainder_clip=remainder_clip,
-        mu=float(
-            _CENTRING_HISTOGRAMS * histogram_event.gaussian_mu()
-            + steps_mu
-            + gradient_event.gaussian_mu()
-        ),
+        mu=float(histograms * histogram_mu + steps_mu + gradient_event.gaussian_mu()),
         phases={
-            "clip selection": (_CENTRING_HISTOGRAMS - 1) * float(histogram_event.gaussian_mu()),
+            # the norm histograms and the ratio histogram; the Fisher releases are curvature
+            "clip selection": (histograms - rounds) * histogram_mu,
             "initialisation": float(
-                histogram_event.gaussian_mu() + steps_mu + gradient_event.gaussian_mu()
+                rounds * histogram_mu + steps_mu + gradient_event.gaussian_mu()
             ),
         },
-        releases=2 + steps,
+        releases=1 + rounds + steps,
         unresolved=unresolved_directions(fisher.value, fisher.noise_std),
     )
+
+
+def _centre_steps(
+    channel: PrivateChannel,
+    budget: object,
+    theta: np.ndarray,
+    covariance: np.ndarray,
+    clip: float,
+    whitening: np.ndarray,
+    remaining: float,
+    label: str,
+) -> tuple[np.ndarray, int, float]:
+    """Noise-shrunk Newton steps from ``θ`` (theory §7, step 8), each reserved before its read.
+
+    At most ``_CENTRE_STEPS``, sharing ``_CENTRE_STEP_SHARE`` of ``remaining`` (PLD ``μ``); a
+    whitened :class:`~pymc_dp.mechanisms.CentreGradientRelease` at the current point, the step
+    ``Σ̂ g`` shrunk by its noise (:func:`~pymc_dp.kernels.initialization.newton_step`), the
+    curvature along consecutive steps corrected by their secant where it is resolved, until a
+    step's gradient is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero. Returns the new
+    point, the number of releases and the ``μ`` of each.
+    """
+    space = channel.space
+    # (a noisy step is shrunk towards nothing: no floor on its share, which must fit)
+    step_mu = _CENTRE_STEP_SHARE * remaining / _CENTRE_STEPS
+    if step_mu <= 0:
+        return np.array(theta, dtype=float), 0, 0.0
+    z_step = math.sqrt(1.0 / (2.0 * step_mu))
+    step_event = GaussianCost.from_noise_multiplier(z_step)
+    theta = np.array(theta, dtype=float)
+    steps, newton_covariance, previous = 0, covariance, None
+    for _ in range(_CENTRE_STEPS):
+        budget.reserve(step_event, 1, mechanism=f"{label} (centring: Newton step)")
+        channel.counter.allow(step_event, 1)
+        steps += 1
+        release = CentreGradientRelease(
+            channel, centre=Centre(theta, float(clip), whitening), noise_multiplier=z_step
+        )
+        gradient = release().value + space.logprior_grad(theta)
+        if previous is not None:  # the curvature along the last step, where it is resolved
+            updated = secant_update(
+                newton_covariance,
+                theta - previous[0],
+                gradient - previous[1],
+                2.0 * release.noise_covariance,
+            )
+            newton_covariance = newton_covariance if updated is None else updated
+        root = np.linalg.cholesky(newton_covariance)
+        # in posterior sds the step is Lᵀ g, its noise has covariance Lᵀ V L
+        noise_length = math.sqrt(float(np.trace(root.T @ release.noise_covariance @ root)))
+        signal = float(np.linalg.norm(root.T @ gradient))
+        moved = newton_step(
+            theta, newton_covariance, gradient, _MAX_CENTRE_STEP, noise_length=noise_length
+        )
+        previous = (theta, gradient)
+        if space.in_support(moved):
+            theta = moved
+        if signal <= _CENTRE_STOP_SIGNAL * noise_length:
+            break
+    return theta, steps, float(step_event.gaussian_mu())
 
 
 def _whitening_of(metric: np.ndarray) -> np.ndarray:
