@@ -616,12 +616,20 @@ _MAX_CENTRE_STEP = 25.0
 #: The Newton steps' gradients: this share of what is left after the histograms, split evenly.
 _CENTRE_STEP_SHARE = 0.25
 _CENTRE_STEPS = 3
+#: Later steps' noise length: about this fraction of the last step's length (in sds of Σ̂)...
+_CENTRE_STEP_PRECISION = 8.0
+#: ... and at most this many releases per round.
+_CENTRE_MAX_RELEASES = 12
 #: A step whose gradient is within this many noise lengths of zero ends the Newton steps.
 _CENTRE_STOP_SIGNAL = 3.0
 #: Rounds of (Fisher, Newton steps, norm histogram) at most; another round when the last one's
 #: steps moved the centre further than this many posterior sds from where it read the Fisher.
 _CENTRING_ROUNDS = 3
 _RECENTRE_SD = 5.0
+#: ... and further than this many noise lengths of one step (in large d, noise alone moves far).
+_RECENTRE_NOISE = 3.0
+#: ... while at least this share of what the first round's steps began with is left after it.
+_RECENTRE_LEFT = 1.0 / 3.0
 
 
 class Centring(NamedTuple):
@@ -636,8 +644,8 @@ class Centring(NamedTuple):
     gradient_covariance : ndarray
         Covariance of ``Ĝ``'s noise (``σ² P⁻¹ P⁻ᵀ``, :class:`CentreGradientRelease`).
     metric : ndarray
-        ``W``: Cholesky factor of the private posterior covariance ``Σ̂`` (from the released
-        Fisher information at the centre).
+        ``W``: Cholesky factor of the private posterior covariance ``Σ̂`` (from the last
+        round's Fisher release, read where that round began).
     remainder_clip : float
         ``h``: per-row bound on the centred ratio per unit of ``‖δ‖ (‖u‖ + ‖u'‖)/2``.
     mu : float
@@ -648,9 +656,14 @@ class Centring(NamedTuple):
     releases : int
         Releases other than histograms: the Fisher information and the gradients.
     unresolved : int
-        Directions in which the Fisher release does not resolve the information from its noise
-        (:func:`~pymc_dp.kernels.initialization.unresolved_directions`); there ``Σ̂`` keeps
-        the initialisation's rougher curvature.
+        Directions in which the last Fisher release does not resolve the information from its
+        noise (:func:`~pymc_dp.kernels.initialization.unresolved_directions`); there ``Σ̂``
+        keeps the initialisation's rougher curvature.
+    rounds : int
+        Rounds of (Fisher, Newton steps, norm histogram) (:func:`private_centring`).
+    histograms : int
+        Histogram releases: the norm histograms (one per round and one at ``θ*``) and the
+        ratio histogram.
     """
 
     centre: Centre
@@ -662,6 +675,8 @@ class Centring(NamedTuple):
     phases: dict[str, float]
     releases: int = 3
     unresolved: int = 0
+    rounds: int = 1
+    histograms: int = 3
 
     def shift_sd(self) -> float:
         """The largest standard deviation, in posterior sd, of the mean's shift ``Σ ξ``.
@@ -728,14 +743,16 @@ def private_centring(
        until one is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero). The remainders'
        bound grows with the centre's distance from the mode, and the initialisation's mode can
        be tens of sds off when a scale parameter's per-row gradients are heavy-tailed.
-    3. **Another round** when the steps moved the centre more than ``_RECENTRE_SD`` sds of
-       ``Σ̂`` (at most ``_CENTRING_ROUNDS`` rounds, while two more histogram-sized releases
-       fit): far from the mode the rows' Fisher information can be far from the posterior's
-       (on the zoo's mixture, 100–200 sd out, ``Σ̂``'s sds came out 2.6–4.4 times the truth
-       and the centre stayed 20–45 sd off). A reservation of two releases of
+    3. **Another round** when the steps moved the centre further than
+       ``max(_RECENTRE_SD, _RECENTRE_NOISE · τ)`` (the length of the move in ``Σ̂``'s metric,
+       ``τ`` the noise length of one step), at most ``_CENTRING_ROUNDS`` rounds, while two more
+       histogram-sized releases fit and leave at least ``_RECENTRE_LEFT`` of what the first
+       round's steps began with: far from the mode the rows' Fisher information can be far from the
+       posterior's (on the zoo's mixture, 100–200 sd out, ``Σ̂``'s sds came out 2.6–4.4 times
+       the truth and the centre stayed 20–45 sd off). A reservation of two releases of
        ``histogram_share · M*``: the Fisher at ``θ_c`` with the clip ``C`` and the whitening
-       ``P``, then Newton steps with it, then a norm histogram at the new ``θ_c``. ``Ĝ``'s
-       clip is the last round's ``C``.
+       ``P``, then Newton steps with it (each of the first round's share), then a norm
+       histogram at the new ``θ_c``. ``Σ̂``, ``P`` and ``Ĝ``'s clip are the last round's.
     4. ``Ĝ``: one :class:`~pymc_dp.mechanisms.CentreGradientRelease` at ``θ_c`` with what is
        left of the budget once the sampler's need ``sampler_mu(h)`` (PLD ``μ`` of the planned
        run at its target noise, a function of the released ``h``) is set aside, and at least
@@ -769,7 +786,7 @@ def private_centring(
     if not np.isfinite(clip):  # nothing visible: four times the typical norm if Σ̂₀ is right
         clip = 4.0 * _typical_norm(np.linalg.inv(start.covariance), whitening, n)
     theta_c = np.array(start.theta, dtype=float)
-    steps, step_mus, rounds = 0, [], 0
+    steps, step_mus, rounds, next_mu = 0, [], 0, None
     while True:
         rounds += 1
         # the curvature at the current centre: the clipped Fisher information, whitened with
@@ -786,22 +803,26 @@ def private_centring(
         clip = clip * (
             _typical_norm(information, whitening, n) / _typical_norm(information, old_whitening, n)
         )
-        # Newton steps from there with whitened gradients (a share of what is left)
-        remaining = budget.report().remaining_mu
-        if remaining is None:  # non-Gaussian spending on this ledger: a share of what is left
-            remaining = max(
-                budget.capacity_mu
-                - start.mu
-                - (_CENTRING_HISTOGRAMS + 2 * (rounds - 1)) * mu_histogram
-                - sum(step_mus),
-                0.0,
-            )
+        # Newton steps from there with whitened gradients: each step's share is fixed in the
+        # first round (a share of what is left then, split evenly)
+        remaining = _remaining_mu(budget, start, rounds, mu_histogram, step_mus)
+        if rounds == 1:
+            first_remaining = remaining
+            step_mu = _CENTRE_STEP_SHARE * remaining / _CENTRE_STEPS
         round_start = theta_c
-        theta_c, taken, step_mu = _centre_steps(
-            channel, budget, theta_c, covariance, clip, whitening, remaining, label
+        theta_c, taken, noise_length, next_mu = _centre_steps(
+            channel,
+            budget,
+            theta_c,
+            covariance,
+            clip,
+            whitening,
+            step_mu,
+            label,
+            first_mu=next_mu,
         )
-        steps += taken
-        step_mus += [step_mu] * taken
+        steps += len(taken)
+        step_mus += taken
         # the clip at the new centre from the rows' whitened norms there: their tail can be
         # far heavier than where the round began (a mixture's responsibilities), and a clip
         # below it biases what is released there by the clipped rows' excess (14 sd of Ĝ on
@@ -814,15 +835,20 @@ def private_centring(
         )
         if np.isfinite(centre_clip):
             clip = centre_clip
-        # a long way from where the curvature was read: read it again there (a Fisher far from
-        # the mode can be far from the information, e.g. a mixture's), and its norms
+        # a long way from where the curvature was read (the length of the move in Σ̂, beyond
+        # what the steps' noise alone would give): read it again there (a Fisher far from the
+        # mode can be far from the information, e.g. a mixture's), and the norms. Another round
+        # only while what is left after its histograms is at least a third of what the first
+        # round's steps began with, so that Ĝ and the sampler keep a good part of theirs
         moved = float(
             np.linalg.norm(np.linalg.solve(np.linalg.cholesky(covariance), theta_c - round_start))
         )
+        left = _remaining_mu(budget, start, rounds, mu_histogram, step_mus) - 2 * mu_histogram
         if (
             rounds >= _CENTRING_ROUNDS
-            or moved <= _RECENTRE_SD
+            or moved <= max(_RECENTRE_SD, _RECENTRE_NOISE * noise_length)
             or not budget.fits(histogram_event, 2)
+            or left < _RECENTRE_LEFT * first_remaining
         ):
             break
         budget.reserve(histogram_event, 2, mechanism=f"{label} (centring: curvature again)")
@@ -847,10 +873,7 @@ def private_centring(
     m = pairs.shape[0]
     remainder_clip = _clip(counts.value, counts.noise_std, n * m, "centred ratios", per_row=m)
 
-    remaining = budget.report().remaining_mu
-    if remaining is None:  # non-Gaussian spending on this ledger: a share of what is left
-        remaining = budget.capacity_mu - start.mu - histograms * mu_histogram
-        remaining = max(remaining - sum(step_mus), 0.0)
+    remaining = _remaining_mu(budget, start, rounds, mu_histogram, step_mus)
     mu_gradient = max(remaining - float(sampler_mu(remainder_clip)), 0.5 * remaining)
     z_gradient = math.sqrt(1.0 / (2.0 * mu_gradient))
     gradient_event = GaussianCost.from_noise_multiplier(z_gradient)
@@ -876,6 +899,8 @@ def private_centring(
         },
         releases=1 + rounds + steps,
         unresolved=unresolved_directions(fisher.value, fisher.noise_std),
+        rounds=rounds,
+        histograms=rounds + 2,
     )
 
 
@@ -886,33 +911,46 @@ def _centre_steps(
     covariance: np.ndarray,
     clip: float,
     whitening: np.ndarray,
-    remaining: float,
+    step_mu: float,
     label: str,
-) -> tuple[np.ndarray, int, float]:
+    first_mu: float | None = None,
+) -> tuple[np.ndarray, list[float], float, float]:
     """Noise-shrunk Newton steps from ``θ`` (theory §7, step 8), each reserved before its read.
 
-    At most ``_CENTRE_STEPS``, sharing ``_CENTRE_STEP_SHARE`` of ``remaining`` (PLD ``μ``); a
-    whitened :class:`~pymc_dp.mechanisms.CentreGradientRelease` at the current point, the step
-    ``Σ̂ g`` shrunk by its noise (:func:`~pymc_dp.kernels.initialization.newton_step`), the
+    A whitened :class:`~pymc_dp.mechanisms.CentreGradientRelease` at the current point, the
+    step ``Σ̂ g`` shrunk by its noise (:func:`~pymc_dp.kernels.initialization.newton_step`), the
     curvature along consecutive steps corrected by their secant where it is resolved, until a
-    step's gradient is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero. Returns the new
-    point, the number of releases and the ``μ`` of each.
+    step's gradient is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero. The steps share
+    ``_CENTRE_STEPS · step_mu`` (PLD ``μ``). The first release has ``μ = step_mu``; a later
+    one only what keeps its noise length near ``1/_CENTRE_STEP_PRECISION`` of the last step's
+    length (at least ``step_mu/25``): far from the mode a step is long and a rough gradient
+    moves it as well, so the allowance buys more steps where more are needed (the log
+    posterior far from the mode can be flatter than its quadratic, and Newton steps then fall
+    short). At most ``_CENTRE_MAX_RELEASES`` releases. Returns the new point, each release's
+    ``μ``, the noise length of the last step (in posterior sds of ``Σ̂``; public) and the
+    ``μ`` a next step would have had (``first_mu`` of a next round: where the last round's
+    steps were long, the next round's are too).
     """
     space = channel.space
-    # (a noisy step is shrunk towards nothing: no floor on its share, which must fit)
-    step_mu = _CENTRE_STEP_SHARE * remaining / _CENTRE_STEPS
-    if step_mu <= 0:
-        return np.array(theta, dtype=float), 0, 0.0
-    z_step = math.sqrt(1.0 / (2.0 * step_mu))
-    step_event = GaussianCost.from_noise_multiplier(z_step)
     theta = np.array(theta, dtype=float)
-    steps, newton_covariance, previous = 0, covariance, None
-    for _ in range(_CENTRE_STEPS):
-        budget.reserve(step_event, 1, mechanism=f"{label} (centring: Newton step)")
-        channel.counter.allow(step_event, 1)
-        steps += 1
+    mus: list[float] = []
+    if step_mu <= 0:  # a noisy step is shrunk towards nothing: no floor on its share
+        return theta, mus, 0.0, 0.0
+    allowance = _CENTRE_STEPS * step_mu
+    mu = step_mu if first_mu is None else float(np.clip(first_mu, step_mu / 25.0, step_mu))
+    newton_covariance, previous, noise_length = covariance, None, 0.0
+    while len(mus) < _CENTRE_MAX_RELEASES:
+        mu = min(mu, allowance - math.fsum(mus))
+        if mu < step_mu / 25.0 * (1 - 1e-9):
+            break
+        event = GaussianCost.from_noise_multiplier(math.sqrt(1.0 / (2.0 * mu)))
+        budget.reserve(event, 1, mechanism=f"{label} (centring: Newton step)")
+        channel.counter.allow(event, 1)
+        mus.append(float(event.gaussian_mu()))
         release = CentreGradientRelease(
-            channel, centre=Centre(theta, float(clip), whitening), noise_multiplier=z_step
+            channel,
+            centre=Centre(theta, float(clip), whitening),
+            noise_multiplier=math.sqrt(1.0 / (2.0 * mu)),
         )
         gradient = release().value + space.logprior_grad(theta)
         if previous is not None:  # the curvature along the last step, where it is resolved
@@ -920,7 +958,7 @@ def _centre_steps(
                 newton_covariance,
                 theta - previous[0],
                 gradient - previous[1],
-                2.0 * release.noise_covariance,
+                previous[2] + release.noise_covariance,
             )
             newton_covariance = newton_covariance if updated is None else updated
         root = np.linalg.cholesky(newton_covariance)
@@ -930,12 +968,30 @@ def _centre_steps(
         moved = newton_step(
             theta, newton_covariance, gradient, _MAX_CENTRE_STEP, noise_length=noise_length
         )
-        previous = (theta, gradient)
+        previous = (theta, gradient, release.noise_covariance)
         if space.in_support(moved):
             theta = moved
-        if signal <= _CENTRE_STOP_SIGNAL * noise_length:
+        # (a rougher release that sees no signal says nothing: the next one has the full μ)
+        converged = signal <= _CENTRE_STOP_SIGNAL * noise_length
+        if converged and mu >= step_mu * (1 - 1e-9):
             break
-    return theta, steps, float(step_event.gaussian_mu())
+        # the next release's μ: noise length ∝ 1/√μ, aimed at a fraction of this step's length
+        wanted = _CENTRE_STEP_PRECISION * noise_length / min(signal, _MAX_CENTRE_STEP)
+        mu = step_mu if converged else float(np.clip(mu * wanted**2, step_mu / 25.0, step_mu))
+    return theta, mus, noise_length, mu
+
+
+def _remaining_mu(
+    budget: object, start: PrivateStart, rounds: int, mu_histogram: float, step_mus: list[float]
+) -> float:
+    """What the ledger has left (PLD ``μ``); on a ledger with non-Gaussian spending, the
+    capacity less the initialisation, the centring's histogram-sized releases of ``rounds``
+    rounds and its Newton steps so far."""
+    remaining = budget.report().remaining_mu
+    if remaining is None:
+        histograms = _CENTRING_HISTOGRAMS + 2 * (rounds - 1)
+        remaining = budget.capacity_mu - start.mu - histograms * mu_histogram - sum(step_mus)
+    return max(float(remaining), 0.0)
 
 
 def _whitening_of(metric: np.ndarray) -> np.ndarray:

@@ -314,7 +314,7 @@ class DPPenalty(DPStep):
             location_covariance=(spread - 1.0) * covariance,
             mu=start.mu + centring.mu,
             phases=phases,
-            histograms=start.histograms + 2,
+            histograms=start.histograms + centring.histograms,
             releases=start.releases + centring.releases,
         )
 
