@@ -244,9 +244,10 @@ def predict_centre_shift(
     ``μ_G`` the part of the Gaussian capacity ``M*`` the plan leaves for that release at
     least: after the initialisation (``init_share``), the centring's four histogram-sized releases
     (3 % of ``M*`` each) and its Newton steps (a quarter of the rest), half of what is left.
-    That is one round of the centring: when the initialisation ends far from the mode, a
-    second round (theory §7, step 8) takes up to a further 6 % of ``M*`` and another quarter,
-    and the tilt can be up to about 1.3 times the prediction.
+    That is one round of the centring: when the initialisation ends far from the mode, each
+    further round (theory §7, step 8) takes up to another 6 % of ``M*`` and another quarter,
+    and the tilt can be up to about 1.3 times the prediction after two rounds, about 2.8
+    times after three.
     Public quantities only: use it before touching the data. At about 1 or more, the
     released posterior's means can be off by a posterior sd or more whatever the sampler
     does; what helps is a larger ``epsilon`` or more rows. After the private initialisation,

@@ -496,8 +496,8 @@ def test_the_centring_reads_the_curvature_again_where_its_newton_steps_lead(mixt
     information is far from the posterior's. With one Fisher read there (the code before the
     rounds) the centre stayed 19–42 sd off, ``Σ̂``'s sds 1.0–3.7 times the truth, the chains'
     start up to 26 sd off. Rounds (Fisher, Newton steps, norms) where the last round's steps
-    led, with cheaper releases for long steps: over public seeds 0–3 the centre within 2.1 sd,
-    sd ratios 0.93–1.12, the start within 1.15 sd."""
+    led, with cheaper releases for long steps: over public seeds 0–3 the centre within 2.0 sd,
+    sd ratios 0.93–1.11, the start within 1.2 sd."""
     step, mode, sd = mixture_centring
     centring = step._centring
     error = (centring.centre.theta - mode) / sd

@@ -613,7 +613,8 @@ _CENTRING_HISTOGRAMS = 4
 _CENTRING_PAIRS = 8
 #: The longest Newton step from θ* to the centre, in posterior sds.
 _MAX_CENTRE_STEP = 25.0
-#: The Newton steps' gradients: this share of what is left after the histograms, split evenly.
+#: The Newton steps' gradients: this share of what is left after the histograms; a round's
+#: steps share it, each full release a third of it (:func:`_centre_steps`).
 _CENTRE_STEP_SHARE = 0.25
 _CENTRE_STEPS = 3
 #: Later steps' noise length: about this fraction of the last step's length (in sds of Σ̂)...
@@ -626,7 +627,8 @@ _CENTRE_STOP_SIGNAL = 3.0
 #: steps moved the centre further than this many posterior sds from where it read the Fisher.
 _CENTRING_ROUNDS = 3
 _RECENTRE_SD = 5.0
-#: ... and further than this many noise lengths of one step (in large d, noise alone moves far).
+#: ... and further than this many noise lengths of the round's steps (in large d, noise alone
+#: moves far).
 _RECENTRE_NOISE = 3.0
 #: ... while at least this share of what the first round's steps began with is left after it.
 _RECENTRE_LEFT = 1.0 / 3.0
@@ -738,21 +740,23 @@ def private_centring(
        :class:`~pymc_dp.mechanisms.CentredRatioHistogram` at ``_CENTRING_PAIRS`` public pairs
        around the centre drawn like the sampler's proposals (:func:`centring_pairs`), gives
        ``h``, its far tail (the rule of the gradient clips).
-    2. Newton steps to the centre ``θ_c`` (:func:`_centre_steps`: at most ``_CENTRE_STEPS``,
-       ``_CENTRE_STEP_SHARE`` of what is left between them, each step shrunk by its noise,
-       until one is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero). The remainders'
-       bound grows with the centre's distance from the mode, and the initialisation's mode can
-       be tens of sds off when a scale parameter's per-row gradients are heavy-tailed.
+    2. Newton steps to the centre ``θ_c`` (:func:`_centre_steps`: ``_CENTRE_STEP_SHARE`` of
+       what is left between them, a full release a third of it, rougher ones for long steps,
+       each step shrunk by its noise, until a full one is within ``_CENTRE_STOP_SIGNAL`` noise
+       lengths of zero). The remainders' bound grows with the centre's distance from the mode,
+       and the initialisation's mode can be tens of sds off when a scale parameter's per-row
+       gradients are heavy-tailed.
     3. **Another round** when the steps moved the centre further than
        ``max(_RECENTRE_SD, _RECENTRE_NOISE · τ)`` (the length of the move in ``Σ̂``'s metric,
-       ``τ`` the noise length of one step), at most ``_CENTRING_ROUNDS`` rounds, while two more
-       histogram-sized releases fit and leave at least ``_RECENTRE_LEFT`` of what the first
-       round's steps began with: far from the mode the rows' Fisher information can be far from the
-       posterior's (on the zoo's mixture, 100–200 sd out, ``Σ̂``'s sds came out 2.6–4.4 times
-       the truth and the centre stayed 20–45 sd off). A reservation of two releases of
-       ``histogram_share · M*``: the Fisher at ``θ_c`` with the clip ``C`` and the whitening
-       ``P``, then Newton steps with it (each of the first round's share), then a norm
-       histogram at the new ``θ_c``. ``Σ̂``, ``P`` and ``Ĝ``'s clip are the last round's.
+       ``τ`` the root sum of squares of the steps' noise lengths), at most
+       ``_CENTRING_ROUNDS`` rounds, while two more histogram-sized releases fit and leave at
+       least ``_RECENTRE_LEFT`` of what the first round's steps began with: far from the mode
+       the rows' Fisher information can be far from the posterior's (on the zoo's mixture,
+       100–200 sd out, ``Σ̂``'s sds came out 2.6–4.4 times the truth and the centre stayed
+       20–45 sd off). A reservation of two releases of ``histogram_share · M*``: the Fisher at
+       ``θ_c`` with the clip ``C`` and the whitening ``P``, then Newton steps with it (the
+       first round's allowance), then a norm histogram at the new ``θ_c``. ``Σ̂``, ``P`` and
+       ``Ĝ``'s clip are the last round's.
     4. ``Ĝ``: one :class:`~pymc_dp.mechanisms.CentreGradientRelease` at ``θ_c`` with what is
        left of the budget once the sampler's need ``sampler_mu(h)`` (PLD ``μ`` of the planned
        run at its target noise, a function of the released ``h``) is set aside, and at least
@@ -920,15 +924,17 @@ def _centre_steps(
     A whitened :class:`~pymc_dp.mechanisms.CentreGradientRelease` at the current point, the
     step ``Σ̂ g`` shrunk by its noise (:func:`~pymc_dp.kernels.initialization.newton_step`), the
     curvature along consecutive steps corrected by their secant where it is resolved, until a
-    step's gradient is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero. The steps share
-    ``_CENTRE_STEPS · step_mu`` (PLD ``μ``). The first release has ``μ = step_mu``; a later
-    one only what keeps its noise length near ``1/_CENTRE_STEP_PRECISION`` of the last step's
-    length (at least ``step_mu/25``): far from the mode a step is long and a rough gradient
-    moves it as well, so the allowance buys more steps where more are needed (the log
-    posterior far from the mode can be flatter than its quadratic, and Newton steps then fall
-    short). At most ``_CENTRE_MAX_RELEASES`` releases. Returns the new point, each release's
-    ``μ``, the noise length of the last step (in posterior sds of ``Σ̂``; public) and the
-    ``μ`` a next step would have had (``first_mu`` of a next round: where the last round's
+    full release's step is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero. The steps
+    share ``_CENTRE_STEPS · step_mu`` (PLD ``μ``). The first release has ``μ = first_mu``
+    (``step_mu`` when not given); a later one only what keeps its noise length near
+    ``1/_CENTRE_STEP_PRECISION`` of the last step's length (within ``[step_mu/25, step_mu]``):
+    far from the mode a step is long and a rough gradient moves it as well, so the allowance
+    buys more steps where more are needed (the log posterior far from the mode can be flatter
+    than its quadratic, and Newton steps then fall short); a rough release that sees no
+    signal is followed by a full one. At most ``_CENTRE_MAX_RELEASES`` releases. Returns the
+    new point, each release's ``μ``, the root sum of squares of the steps' noise lengths (in
+    posterior sds of ``Σ̂``: how far the noise alone could have moved the point; public) and
+    the ``μ`` planned for a next step (``first_mu`` of a next round: where the last round's
     steps were long, the next round's are too).
     """
     space = channel.space
@@ -936,21 +942,20 @@ def _centre_steps(
     mus: list[float] = []
     if step_mu <= 0:  # a noisy step is shrunk towards nothing: no floor on its share
         return theta, mus, 0.0, 0.0
-    allowance = _CENTRE_STEPS * step_mu
-    mu = step_mu if first_mu is None else float(np.clip(first_mu, step_mu / 25.0, step_mu))
-    newton_covariance, previous, noise_length = covariance, None, 0.0
+    allowance, floor = _CENTRE_STEPS * step_mu, step_mu / 25.0
+    planned = step_mu if first_mu is None else float(np.clip(first_mu, floor, step_mu))
+    newton_covariance, previous, noise_squares = covariance, None, 0.0
     while len(mus) < _CENTRE_MAX_RELEASES:
-        mu = min(mu, allowance - math.fsum(mus))
-        if mu < step_mu / 25.0 * (1 - 1e-9):
+        mu = min(planned, allowance - math.fsum(mus))  # what the allowance still has
+        if mu < floor * (1 - 1e-9):
             break
-        event = GaussianCost.from_noise_multiplier(math.sqrt(1.0 / (2.0 * mu)))
+        z = math.sqrt(1.0 / (2.0 * mu))
+        event = GaussianCost.from_noise_multiplier(z)
         budget.reserve(event, 1, mechanism=f"{label} (centring: Newton step)")
         channel.counter.allow(event, 1)
         mus.append(float(event.gaussian_mu()))
         release = CentreGradientRelease(
-            channel,
-            centre=Centre(theta, float(clip), whitening),
-            noise_multiplier=math.sqrt(1.0 / (2.0 * mu)),
+            channel, centre=Centre(theta, float(clip), whitening), noise_multiplier=z
         )
         gradient = release().value + space.logprior_grad(theta)
         if previous is not None:  # the curvature along the last step, where it is resolved
@@ -964,7 +969,10 @@ def _centre_steps(
         root = np.linalg.cholesky(newton_covariance)
         # in posterior sds the step is Lᵀ g, its noise has covariance Lᵀ V L
         noise_length = math.sqrt(float(np.trace(root.T @ release.noise_covariance @ root)))
+        noise_squares += noise_length**2
         signal = float(np.linalg.norm(root.T @ gradient))
+        if not math.isfinite(signal):  # an undefined gradient: nothing to step on
+            break
         moved = newton_step(
             theta, newton_covariance, gradient, _MAX_CENTRE_STEP, noise_length=noise_length
         )
@@ -972,13 +980,14 @@ def _centre_steps(
         if space.in_support(moved):
             theta = moved
         # (a rougher release that sees no signal says nothing: the next one has the full μ)
-        converged = signal <= _CENTRE_STOP_SIGNAL * noise_length
-        if converged and mu >= step_mu * (1 - 1e-9):
-            break
-        # the next release's μ: noise length ∝ 1/√μ, aimed at a fraction of this step's length
-        wanted = _CENTRE_STEP_PRECISION * noise_length / min(signal, _MAX_CENTRE_STEP)
-        mu = step_mu if converged else float(np.clip(mu * wanted**2, step_mu / 25.0, step_mu))
-    return theta, mus, noise_length, mu
+        if signal <= _CENTRE_STOP_SIGNAL * noise_length:
+            if mu >= step_mu * (1 - 1e-9):
+                break
+            planned = step_mu
+        else:  # noise length ∝ 1/√μ, aimed at a fraction of this step's length
+            wanted = _CENTRE_STEP_PRECISION * noise_length / min(signal, _MAX_CENTRE_STEP)
+            planned = float(np.clip(mu * wanted**2, floor, step_mu))
+    return theta, mus, math.sqrt(noise_squares), planned
 
 
 def _remaining_mu(
