@@ -782,15 +782,11 @@ def private_centring(
     channel.counter.allow(histogram_event, _CENTRING_HISTOGRAMS)
     # the clip in the initialisation's whitened coordinates: a histogram of ‖P₀ ∇ℓ_i(θ*)‖
     whitening = _whitening_of(np.linalg.cholesky(start.covariance))
-    norms = GradNormHistogram(
-        channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, whitening=whitening
-    )(start.theta)
-    steps_up = _hidden_margin(norms.noise_std, n)
-    clip = clip_from_counts(norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up)
+    clip = _norm_clip(channel, start.theta, whitening, z_histogram)
     if not np.isfinite(clip):  # nothing visible: four times the typical norm if Σ̂₀ is right
         clip = 4.0 * _typical_norm(np.linalg.inv(start.covariance), whitening, n)
     theta_c = np.array(start.theta, dtype=float)
-    steps, step_mus, rounds, next_mu = 0, [], 0, None
+    step_mus, rounds, next_mu = [], 0, None
     while True:
         rounds += 1
         # the curvature at the current centre: the clipped Fisher information, whitened with
@@ -825,18 +821,12 @@ def private_centring(
             label,
             first_mu=next_mu,
         )
-        steps += len(taken)
         step_mus += taken
         # the clip at the new centre from the rows' whitened norms there: their tail can be
         # far heavier than where the round began (a mixture's responsibilities), and a clip
         # below it biases what is released there by the clipped rows' excess (14 sd of Ĝ on
         # the zoo's mixture)
-        norms = GradNormHistogram(
-            channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, whitening=whitening
-        )(theta_c)
-        centre_clip = clip_from_counts(
-            norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up
-        )
+        centre_clip = _norm_clip(channel, theta_c, whitening, z_histogram)
         if np.isfinite(centre_clip):
             clip = centre_clip
         # a long way from where the curvature was read (the length of the move in Σ̂, beyond
@@ -858,7 +848,7 @@ def private_centring(
         budget.reserve(histogram_event, 2, mechanism=f"{label} (centring: curvature again)")
         channel.counter.allow(histogram_event, 2)
     metric = np.linalg.cholesky(covariance)
-    histograms = _CENTRING_HISTOGRAMS + 2 * (rounds - 1)
+    histograms = _centring_histograms(rounds)
     centre = Centre(theta_c, float(clip), whitening)
     template = CentredLLRRelease(  # for the bound only: it releases nothing
         channel,
@@ -901,11 +891,25 @@ def private_centring(
                 rounds * histogram_mu + steps_mu + gradient_event.gaussian_mu()
             ),
         },
-        releases=1 + rounds + steps,
+        releases=1 + rounds + len(step_mus),
         unresolved=unresolved_directions(fisher.value, fisher.noise_std),
         rounds=rounds,
         histograms=rounds + 2,
     )
+
+
+def _norm_clip(
+    channel: PrivateChannel, theta: np.ndarray, whitening: np.ndarray, noise_multiplier: float
+) -> float:
+    """The clip rule (:func:`~pymc_dp.releases.clip_from_counts`, with the hidden rows' margin)
+    on one :class:`~pymc_dp.mechanisms.GradNormHistogram` of ``‖P ∇ℓ_i(θ)‖``; reserved by the
+    caller. ``nan`` when no bin is visible."""
+    norms = GradNormHistogram(
+        channel, edges=HISTOGRAM_EDGES, noise_multiplier=noise_multiplier, whitening=whitening
+    )(theta)
+    n = channel.n_rows
+    steps_up = _hidden_margin(norms.noise_std, n)
+    return clip_from_counts(norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up)
 
 
 def _centre_steps(
@@ -990,6 +994,11 @@ def _centre_steps(
     return theta, mus, math.sqrt(noise_squares), planned
 
 
+def _centring_histograms(rounds: int) -> int:
+    """Histogram-sized releases of a centring of ``rounds`` rounds (two more per extra round)."""
+    return _CENTRING_HISTOGRAMS + 2 * (rounds - 1)
+
+
 def _remaining_mu(
     budget: object, start: PrivateStart, rounds: int, mu_histogram: float, step_mus: list[float]
 ) -> float:
@@ -998,7 +1007,7 @@ def _remaining_mu(
     rounds and its Newton steps so far."""
     remaining = budget.report().remaining_mu
     if remaining is None:
-        histograms = _CENTRING_HISTOGRAMS + 2 * (rounds - 1)
+        histograms = _centring_histograms(rounds)
         remaining = budget.capacity_mu - start.mu - histograms * mu_histogram - sum(step_mus)
     return max(float(remaining), 0.0)
 
