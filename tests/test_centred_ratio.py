@@ -311,6 +311,31 @@ def test_a_direction_the_fisher_does_not_resolve_takes_the_earlier_curvature_wit
     np.testing.assert_allclose(np.linalg.inv(pulled), np.diag([400.0, 44.0]), rtol=1e-9)
 
 
+def test_where_the_prior_informs_an_unresolved_direction_the_likelihood_may_add_nothing():
+    # information 400 and 4; noise radius 40, so the weak axis is not resolved
+    truth = np.diag([400.0, 4.0])
+    sigma = 40.0 / (2 * np.sqrt(2))
+    # an earlier estimate puts (almost) no likelihood information on the weak axis
+    earlier = np.linalg.inv(np.diag([390.0, 0.1]))
+    # with no prior information there, the floor r/100 keeps the covariance finite
+    flat = covariance_from_fisher(truth, np.ones(2), sigma, np.zeros((2, 2)), fallback=earlier)
+    np.testing.assert_allclose(np.linalg.inv(flat), np.diag([400.0, 0.4]), rtol=1e-9)
+    # the prior's information (2 along the weak axis; a hierarchical mean the likelihood does
+    # not depend on) makes the floor unnecessary: the likelihood adds nothing there ...
+    prior = -np.diag([0.0, 2.0])
+    informed = covariance_from_fisher(truth, np.ones(2), sigma, prior, fallback=earlier)
+    np.testing.assert_allclose(np.linalg.inv(informed), np.diag([400.0, 2.0]), rtol=1e-9)
+    # ... or what the earlier estimate gives beyond the prior (2.5 − 2)
+    earlier = np.linalg.inv(np.diag([390.0, 2.5]))
+    informed = covariance_from_fisher(truth, np.ones(2), sigma, prior, fallback=earlier)
+    np.testing.assert_allclose(np.linalg.inv(informed), np.diag([400.0, 2.5]), rtol=1e-9)
+    # a weak prior tops the floor up to r/100, no more
+    weak = -np.diag([0.0, 0.1])
+    earlier = np.linalg.inv(np.diag([390.0, 0.1]))
+    topped = covariance_from_fisher(truth, np.ones(2), sigma, weak, fallback=earlier)
+    np.testing.assert_allclose(np.linalg.inv(topped), np.diag([400.0, 0.4]), rtol=1e-9)
+
+
 def test_a_newton_step_that_is_mostly_noise_is_mostly_not_taken():
     covariance = np.diag([4.0, 1.0])
     theta = np.zeros(2)

@@ -60,10 +60,11 @@ from pymc_dp.kernels.initialization import (
     covariance_from_fisher,
     gradient_design,
     newton_from_designs,
-    newton_step,
     noisy_gradient_ascent,
     pooled_mode,
+    prior_exact_step,
     prior_hessian,
+    prior_information,
     secant_update,
     unresolved_directions,
 )
@@ -787,8 +788,11 @@ def private_centring(
         clip = 4.0 * _typical_norm(np.linalg.inv(start.covariance), whitening, n)
     theta_c = np.array(start.theta, dtype=float)
     step_mus, rounds, next_mu = [], 0, None
+    covariance, fisher = start.covariance, None
     while True:
         rounds += 1
+        # the last round's result, kept should this round's curvature come out unusable
+        kept = (theta_c, covariance, whitening, clip, fisher)
         # the curvature at the current centre: the clipped Fisher information, whitened with
         # the last private covariance (Σ̂₀ in the first round)
         fisher = FisherRelease(
@@ -798,11 +802,14 @@ def private_centring(
         covariance = covariance_from_fisher(
             fisher.value, whitening, fisher.noise_std, prior, fallback=start.covariance
         )
+        if not _usable(covariance):  # numerically singular: the previous round's result
+            if rounds > 1:
+                theta_c, covariance, whitening, clip, fisher = kept
+                break
+            covariance = start.covariance
         information = np.linalg.inv(covariance)
         old_whitening, whitening = whitening, _whitening_of(np.linalg.cholesky(covariance))
-        clip = clip * (
-            _typical_norm(information, whitening, n) / _typical_norm(information, old_whitening, n)
-        )
+        clip = _rescaled_clip(clip, information, whitening, old_whitening, n)
         # Newton steps from there with whitened gradients: each step's share is fixed in the
         # first round (a share of what is left then, split evenly)
         remaining = _remaining_mu(budget, start, rounds, mu_histogram, step_mus)
@@ -820,8 +827,25 @@ def private_centring(
             step_mu,
             label,
             first_mu=next_mu,
+            prior_part=prior_information(prior),
         )
         step_mus += taken
+        # the curvature at the new centre: the same release, the prior's part where the centre
+        # now is (a hierarchical prior's curvature can change by orders of magnitude on the way)
+        round_covariance = covariance
+        moved_covariance = covariance_from_fisher(
+            fisher.value,
+            old_whitening,
+            fisher.noise_std,
+            prior_hessian(space.logprior_grad, theta_c),
+            fallback=start.covariance,
+        )
+        if _usable(moved_covariance):
+            covariance = moved_covariance
+            information = np.linalg.inv(covariance)
+            previous_whitening = whitening
+            whitening = _whitening_of(np.linalg.cholesky(covariance))
+            clip = _rescaled_clip(clip, information, whitening, previous_whitening, n)
         # the clip at the new centre from the rows' whitened norms there: their tail can be
         # far heavier than where the round began (a mixture's responsibilities), and a clip
         # below it biases what is released there by the clipped rows' excess (14 sd of Ĝ on
@@ -835,7 +859,9 @@ def private_centring(
         # only while what is left after its histograms is at least a third of what the first
         # round's steps began with, so that Ĝ and the sampler keep a good part of theirs
         moved = float(
-            np.linalg.norm(np.linalg.solve(np.linalg.cholesky(covariance), theta_c - round_start))
+            np.linalg.norm(
+                np.linalg.solve(np.linalg.cholesky(round_covariance), theta_c - round_start)
+            )
         )
         left = _remaining_mu(budget, start, rounds, mu_histogram, step_mus) - 2 * mu_histogram
         if (
@@ -922,6 +948,7 @@ def _centre_steps(
     step_mu: float,
     label: str,
     first_mu: float | None = None,
+    prior_part: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[float], float, float]:
     """Noise-shrunk Newton steps from ``θ`` (theory §7, step 8), each reserved before its read.
 
@@ -943,6 +970,8 @@ def _centre_steps(
     """
     space = channel.space
     theta = np.array(theta, dtype=float)
+    if prior_part is None:
+        prior_part = prior_information(prior_hessian(space.logprior_grad, theta))
     mus: list[float] = []
     if step_mu <= 0:  # a noisy step is shrunk towards nothing: no floor on its share
         return theta, mus, 0.0, 0.0
@@ -977,12 +1006,22 @@ def _centre_steps(
         signal = float(np.linalg.norm(root.T @ gradient))
         if not math.isfinite(signal):  # an undefined gradient: nothing to step on
             break
-        moved = newton_step(
-            theta, newton_covariance, gradient, _MAX_CENTRE_STEP, noise_length=noise_length
+        # the step with the prior exact and the likelihood's part shrunk by its noise (the
+        # positive-part James–Stein factor of newton_step's whole step)
+        shrink = max(0.0, 1.0 - (noise_length / signal) ** 2) if signal > 0 else 0.0
+        likelihood_information = np.linalg.inv(newton_covariance) - prior_part
+        moved = prior_exact_step(
+            theta,
+            shrink * (gradient - space.logprior_grad(theta)),
+            likelihood_information,
+            space.logprior,
+            space.logprior_grad,
+            newton_covariance,
+            _MAX_CENTRE_STEP,
+            space.in_support,
         )
         previous = (theta, gradient, release.noise_covariance)
-        if space.in_support(moved):
-            theta = moved
+        theta = moved  # inside the support
         # (a rougher release that sees no signal says nothing: the next one has the full μ)
         if signal <= _CENTRE_STOP_SIGNAL * noise_length:
             if mu >= step_mu * (1 - 1e-9):
@@ -992,6 +1031,18 @@ def _centre_steps(
             wanted = _CENTRE_STEP_PRECISION * noise_length / min(signal, _MAX_CENTRE_STEP)
             planned = float(np.clip(mu * wanted**2, floor, step_mu))
     return theta, mus, math.sqrt(noise_squares), planned
+
+
+def _usable(covariance: np.ndarray) -> bool:
+    """Whether a covariance is finite and numerically positive definite (public)."""
+    if not np.all(np.isfinite(covariance)):
+        return False
+    try:
+        root = np.linalg.cholesky(covariance)
+    except np.linalg.LinAlgError:
+        return False
+    diagonal = np.abs(np.diag(root))
+    return bool(np.all(diagonal > 0) and np.max(diagonal) < 1e12 * np.min(diagonal))
 
 
 def _centring_histograms(rounds: int) -> int:
@@ -1018,6 +1069,17 @@ def _whitening_of(metric: np.ndarray) -> np.ndarray:
     volume (public)."""
     scale = math.exp(np.mean(np.log(np.abs(np.diag(metric)))))
     return metric.T / scale
+
+
+def _rescaled_clip(
+    clip: float, information: np.ndarray, whitening: np.ndarray, old: np.ndarray, n: int
+) -> float:
+    """A clip of ``‖P_old ∇ℓ_i‖`` carried to ``‖P ∇ℓ_i‖`` by the ratio of the rows' typical
+    norms under the two whitenings (unchanged where that ratio is not defined; public)."""
+    ratio = _typical_norm(information, whitening, n) / max(
+        _typical_norm(information, old, n), 1e-300
+    )
+    return clip * ratio if math.isfinite(ratio) and ratio > 0 else clip
 
 
 def _typical_norm(information: np.ndarray, whitening: np.ndarray, n: int) -> float:

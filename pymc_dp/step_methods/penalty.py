@@ -9,7 +9,7 @@ import numpy as np
 
 from pymc_dp.accounting.costs import GaussianCost
 from pymc_dp.errors import InvalidParameterError
-from pymc_dp.kernels.initialization import newton_step
+from pymc_dp.kernels.initialization import prior_exact_step, prior_hessian, prior_information
 from pymc_dp.kernels.penalty import (
     IndependenceProposal,
     PenaltyMechanisms,
@@ -319,19 +319,29 @@ class DPPenalty(DPStep):
         )
 
     def _centred_mode(self, centring: Any) -> np.ndarray:
-        """The target's mode, one Newton step from the centre (post-processing).
+        """The target's mode near the centre (post-processing).
 
         The centred target's log density is ``log p(θ) + Ĝ·(θ − θ_c) + Σ_i r_i(θ)`` with the
-        remainders' sum about ``−½ (θ − θ_c)ᵀ Σ̂⁻¹ (θ − θ_c)``: its mode is about
-        ``θ_c + Σ̂ (Ĝ + ∇log p(θ_c))``, a point that already includes the centre's noise, so it
-        is as good as the target it is the mode of. A step longer than ``_CENTRED_MAX_STEP`` sd
-        (a curvature far off) is shortened to that.
+        remainders' sum about ``−½ (θ − θ_c)ᵀ F (θ − θ_c)``, ``F = Σ̂⁻¹ − Π`` the likelihood's
+        part of the curvature (``Π`` the prior's, at ``θ_c``). Its mode, with the public prior
+        kept exact (:func:`~pymc_dp.kernels.initialization.prior_exact_step`; with a Gaussian
+        prior the Newton step ``θ_c + Σ̂ (Ĝ + ∇log p(θ_c))``), is a point that already includes
+        the centre's noise, so it is as good as the target it is the mode of. It stays within
+        ``_CENTRED_MAX_STEP`` sd of the centre (a curvature far off) and inside the support.
         """
         c = centring.centre.theta
         covariance = centring.metric @ centring.metric.T
-        gradient = centring.gradient + self.space.logprior_grad(c)
-        mode = newton_step(c, covariance, gradient, _CENTRED_MAX_STEP)
-        return mode if self.space.in_support(mode) else c
+        prior = prior_information(prior_hessian(self.space.logprior_grad, c))
+        return prior_exact_step(
+            c,
+            centring.gradient,
+            np.linalg.inv(covariance) - prior,  # the remainders' curvature
+            self.space.logprior,
+            self.space.logprior_grad,
+            covariance,
+            _CENTRED_MAX_STEP,
+            self.space.in_support,
+        )
 
     def _configure(self, start: Any) -> None:
         """Ratio clip and random-walk scale from the private start (post-processing)."""

@@ -37,6 +37,7 @@ EXPECTED_D = {
     "poisson": 4,
     "negbin": 5,
     "hierarchical": 54,
+    "hierarchical_centred": 54,
     "ordinal": 5,
     "ordinal_no_p": 5,
     "mixture": 5,

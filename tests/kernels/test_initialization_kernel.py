@@ -9,7 +9,9 @@ import pytest
 from pymc_dp.kernels.initialization import (
     gradient_design,
     newton_from_designs,
+    newton_step,
     pooled_mode,
+    prior_exact_step,
     secant_update,
 )
 from pymc_dp.releases import Release
@@ -168,3 +170,55 @@ def test_a_large_design_keeps_no_spurious_correlations_and_its_newton_step_stays
         kept.append(int(np.count_nonzero(result.hessian[off])) // 2)
         assert np.all(np.abs(result.theta[:2] - mode[:2]) < 0.05)  # a few sds (0.01)
     assert max(kept) <= 3, kept
+
+
+def test_the_prior_exact_step_is_the_newton_step_under_a_gaussian_prior():
+    rng = np.random.default_rng(5)
+    prior_precision = np.array([[2.0, 0.5], [0.5, 1.0]])
+    prior_mean = np.array([1.0, -2.0])
+
+    def logprior(x):
+        u = x - prior_mean
+        return -0.5 * u @ prior_precision @ u
+
+    def logprior_grad(x):
+        return -prior_precision @ (x - prior_mean)
+
+    information = np.array([[30.0, -4.0], [-4.0, 10.0]])  # the likelihood's part
+    theta, gradient = rng.normal(size=2), rng.normal(size=2) * 5
+    covariance = np.linalg.inv(information + prior_precision)
+    expected = theta + covariance @ (gradient + logprior_grad(theta))
+    step = prior_exact_step(
+        theta, gradient, information, logprior, logprior_grad, covariance, max_sd=100.0
+    )
+    np.testing.assert_allclose(step, expected, rtol=1e-6, atol=1e-8)
+    # kept within max_sd posterior sds of θ
+    short = prior_exact_step(
+        theta, 100 * gradient, information, logprior, logprior_grad, covariance, max_sd=2.0
+    )
+    assert np.linalg.norm(np.linalg.solve(np.linalg.cholesky(covariance), short - theta)) <= 2.0
+
+
+def test_the_prior_exact_step_finds_a_hierarchical_scale_a_newton_step_overshoots():
+    # log p(s) of a group scale on the log scale: 50 groups with Σ(a_j − μ)² = 24.5, no
+    # likelihood information along it; its maximum is at s* = ½ log(24.5 / 50)
+    spread, groups = 24.5, 50
+
+    def logprior(x):
+        return float(-0.5 * spread * np.exp(-2 * x[0]) - groups * x[0])
+
+    def logprior_grad(x):
+        return np.array([spread * np.exp(-2 * x[0]) - groups])
+
+    theta = np.array([2.0])  # σ_a 15 times too large: the prior's curvature there is 0.9
+    curvature = 2 * spread * np.exp(-2 * theta[0])
+    covariance = np.array([[1.0 / curvature]])
+    best = 0.5 * np.log(spread / groups)
+    zero = np.zeros((1, 1))
+    step = prior_exact_step(
+        theta, np.zeros(1), zero, logprior, logprior_grad, covariance, max_sd=50.0
+    )
+    assert abs(step[0] - best) < 1e-6
+    # the Newton step with the curvature at θ lands tens of units beyond it
+    newton = newton_step(theta, covariance, logprior_grad(theta), max_sd=50.0)
+    assert newton[0] < best - 20
