@@ -287,18 +287,11 @@ def _hier_centred_build(data: dict[str, np.ndarray]) -> pm.Model:
 
 
 def _hier_centred(data: dict[str, np.ndarray]) -> pm.Model:
-    """The same posterior, centred: ``a`` free, ``z_a`` a deterministic (reference only)."""
-    coords = _obs_coords(len(data["y"]), group=np.arange(_GROUPS))
-    with pm.Model(coords=coords) as model:
-        group_idx = pm.Data("group_idx", data["group"], dims="obs_id")
-        x = pm.Data("x", data["x"], dims="obs_id")
-        mu_a = pm.Normal("mu_a", mu=0.0, sigma=10)
-        sigma_a = pm.HalfNormal("sigma_a", sigma=1)
-        a = pm.Normal("a", mu=mu_a, sigma=sigma_a, dims="group")
-        pm.Deterministic("z_a", (a - mu_a) / sigma_a, dims="group")
-        b = pm.Normal("b", mu=0.0, sigma=10.0)
-        sigma = pm.HalfNormal("sigma", sigma=1)
-        pm.Normal("y", mu=a[group_idx] + b * x, sigma=sigma, observed=data["y"], dims="obs_id")
+    """The non-centred model's posterior, centred: ``a`` free, ``z_a`` a deterministic
+    (reference only)."""
+    model = _hier_centred_build(data)
+    with model:
+        pm.Deterministic("z_a", (model["a"] - model["mu_a"]) / model["sigma_a"], dims="group")
     return model
 
 
