@@ -230,8 +230,9 @@ def prior_exact_step(
     which the likelihood carries no information) a Newton step with the curvature at ``θ``
     overshoots by orders of magnitude; here the prior's own maximum is found instead.
     Damped Newton iterations with the prior's Hessian at each iterate (its negative-definite
-    part, :func:`prior_information`), kept within ``max_sd`` posterior sds of ``θ`` in
-    ``covariance``'s metric and inside the support. Post-processing of the releases.
+    part, :func:`prior_information`; no direction flatter than ``covariance``'s flattest),
+    kept within ``max_sd`` posterior sds of ``θ`` in ``covariance``'s metric and inside the
+    support. Post-processing of the releases.
     """
     theta = np.asarray(theta, dtype=float)
     gradient = np.asarray(gradient, dtype=float)
@@ -250,8 +251,9 @@ def prior_exact_step(
     x, current = theta.copy(), objective(theta)
     if not np.isfinite(current):
         return x
-    # the curvature's scale: a floor for directions neither the prior nor the quadratic bend
-    floor = 1e-9 * max(float(np.max(np.abs(np.linalg.eigvalsh(np.linalg.inv(covariance))))), 1.0)
+    # no direction flatter than the flattest that ``covariance`` knows: where neither the
+    # prior nor the quadratic bends one, a small gradient would otherwise go all of max_sd
+    floor = float(np.min(np.linalg.eigvalsh(np.linalg.inv(covariance))))
     for _ in range(iterations):
         slope = logprior_grad(x) + gradient - information @ (x - theta)
         curvature = prior_information(prior_hessian(logprior_grad, x)) + information
@@ -288,10 +290,11 @@ def covariance_from_fisher(
     not resolved by the release: it takes the information that ``fallback`` (an earlier private
     posterior covariance, e.g. the initialisation's) gives along its eigenvector ``e_k`` (the
     likelihood's part, ``eₖᵀ P (Σ_f⁻¹ + H_prior) Pᵀ eₖ``), kept inside what the release allows,
-    ``[max(λ_k − r, f_k), λ_k + r]``, with ``f_k = max(r/100 − π_k, 0)`` and ``π_k`` the
-    prior's information along ``e_k``: where the prior informs a direction (a hierarchical
-    model's ``μ_a``, on which the likelihood does not depend) the likelihood's part may be
-    zero; a direction neither informs keeps ``r/100``. Without a fallback, ``r`` (a direction
+    ``[max(λ_k − r, 0), λ_k + r]``; then, within the span of the unresolved directions, the
+    likelihood's and the prior's information together are raised to at least ``r/100``: where
+    the prior informs a direction (a centred hierarchy's ``μ_a``, on which the likelihood does
+    not depend) the likelihood's part may be zero, and a direction neither informs keeps
+    ``r/100``. Without a fallback, ``r`` (a direction
     the data do not inform keeps the noise's information, never a negative one). The log
     prior's Hessian enters with its negative-definite part (:func:`prior_information`).
     Post-processing of the releases.
@@ -315,14 +318,18 @@ def covariance_from_fisher(
         earlier = matrix @ earlier @ matrix.T  # in the release's coordinates
         along = np.einsum("ik,ij,jk->k", vectors, earlier, vectors)
         along = np.where(np.isfinite(along), along, np.inf)
-        # the prior's information along e_k, in the release's coordinates: where it makes the
-        # posterior proper on its own, the lower end may be zero
-        prior_along = np.einsum("ik,ij,jk->k", vectors, matrix @ prior_part @ matrix.T, vectors)
-        floor = np.maximum(0.01 * radius - prior_along, 0.0)
-        lower = np.maximum(values - radius, floor)
-        guess = np.clip(along, lower, values + radius)
+        guess = np.clip(along, np.maximum(values - radius, 0.0), values + radius)
         kept = np.where(unresolved, guess, values)
     fisher = (vectors * kept) @ vectors.T
+    if fallback is not None and np.any(unresolved):
+        # within the unresolved directions, the likelihood's and the prior's information
+        # together at least r/100 (in the release's coordinates): where the prior informs a
+        # direction the likelihood's part may be zero, where nothing does the floor holds
+        span = vectors[:, unresolved]
+        total = span.T @ (fisher + matrix @ prior_part @ matrix.T) @ span
+        lows, turns = np.linalg.eigh(0.5 * (total + total.T))
+        lift = span @ turns
+        fisher = fisher + (lift * np.maximum(0.01 * radius - lows, 0.0)) @ lift.T
     inverse = np.linalg.inv(matrix)
     information = inverse @ fisher @ inverse.T + prior_part
     covariance = np.linalg.inv(information)

@@ -647,8 +647,9 @@ class Centring(NamedTuple):
     gradient_covariance : ndarray
         Covariance of ``Ĝ``'s noise (``σ² P⁻¹ P⁻ᵀ``, :class:`CentreGradientRelease`).
     metric : ndarray
-        ``W``: Cholesky factor of the private posterior covariance ``Σ̂`` (from the last
-        round's Fisher release, read where that round began).
+        ``W``: Cholesky factor of the private posterior covariance ``Σ̂`` (the last usable
+        round's Fisher release, with the prior's Hessian at ``θ_c``; the initialisation's
+        ``Σ̂₀`` if no round gave a usable one).
     remainder_clip : float
         ``h``: per-row bound on the centred ratio per unit of ``‖δ‖ (‖u‖ + ‖u'‖)/2``.
     mu : float
@@ -666,7 +667,8 @@ class Centring(NamedTuple):
         Rounds of (Fisher, Newton steps, norm histogram) (:func:`private_centring`).
     histograms : int
         Histogram releases: the norm histograms (one per round and one at ``θ*``) and the
-        ratio histogram.
+        ratio histogram (a round dropped for a singular curvature reserved its norm
+        histogram too, and is counted).
     """
 
     centre: Centre
@@ -743,10 +745,15 @@ def private_centring(
        ``h``, its far tail (the rule of the gradient clips).
     2. Newton steps to the centre ``θ_c`` (:func:`_centre_steps`: ``_CENTRE_STEP_SHARE`` of
        what is left between them, a full release a third of it, rougher ones for long steps,
-       each step shrunk by its noise, until a full one is within ``_CENTRE_STOP_SIGNAL`` noise
-       lengths of zero). The remainders' bound grows with the centre's distance from the mode,
-       and the initialisation's mode can be tens of sds off when a scale parameter's per-row
-       gradients are heavy-tailed.
+       the public prior kept exact and the likelihood's part shrunk by its noise, until a full
+       one is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero). Then ``Σ̂`` is recomputed
+       from the same Fisher release with the prior's Hessian at ``θ_c`` (a hierarchical
+       prior's curvature can change by orders of magnitude on the way), and ``P`` from it
+       (the clip rescaled as above). A curvature that comes out numerically singular is not
+       used: in the first round ``Σ̂₀`` stands in; a later round is dropped (its releases stay
+       spent) and the last one's result kept. The remainders' bound grows with the centre's
+       distance from the mode, and the initialisation's mode can be tens of sds off when a
+       scale parameter's per-row gradients are heavy-tailed.
     3. **Another round** when the steps moved the centre further than
        ``max(_RECENTRE_SD, _RECENTRE_NOISE · τ)`` (the length of the move in ``Σ̂``'s metric,
        ``τ`` the root sum of squares of the steps' noise lengths), at most
@@ -757,7 +764,7 @@ def private_centring(
        20–45 sd off). A reservation of two releases of ``histogram_share · M*``: the Fisher at
        ``θ_c`` with the clip ``C`` and the whitening ``P``, then Newton steps with it (the
        first round's allowance), then a norm histogram at the new ``θ_c``. ``Σ̂``, ``P`` and
-       ``Ĝ``'s clip are the last round's.
+       ``Ĝ``'s clip are the last usable round's.
     4. ``Ĝ``: one :class:`~pymc_dp.mechanisms.CentreGradientRelease` at ``θ_c`` with what is
        left of the budget once the sampler's need ``sampler_mu(h)`` (PLD ``μ`` of the planned
        run at its target noise, a function of the released ``h``) is set aside, and at least
@@ -952,9 +959,13 @@ def _centre_steps(
 ) -> tuple[np.ndarray, list[float], float, float]:
     """Noise-shrunk Newton steps from ``θ`` (theory §7, step 8), each reserved before its read.
 
-    A whitened :class:`~pymc_dp.mechanisms.CentreGradientRelease` at the current point, the
-    step ``Σ̂ g`` shrunk by its noise (:func:`~pymc_dp.kernels.initialization.newton_step`), the
-    curvature along consecutive steps corrected by their secant where it is resolved, until a
+    A whitened :class:`~pymc_dp.mechanisms.CentreGradientRelease` ``ĝ`` at the current point
+    ``θ``, then the step to the maximum of the log prior plus the likelihood's quadratic
+    ``s ĝᵀ(x − θ) − ½ (x − θ)ᵀ F_ℓ (x − θ)``
+    (:func:`~pymc_dp.kernels.initialization.prior_exact_step`; ``F_ℓ = Σ̂⁻¹ − Π``, ``Π`` the
+    prior's information at the round's start, ``prior_part``; ``s`` the positive-part
+    James–Stein factor of the likelihood's part of the step), the likelihood's curvature
+    along consecutive steps corrected by their secant where it is resolved, until a
     full release's step is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero. The steps
     share ``_CENTRE_STEPS · step_mu`` (PLD ``μ``). The first release has ``μ = first_mu``
     (``step_mu`` when not given); a later one only what keeps its noise length near
@@ -990,12 +1001,17 @@ def _centre_steps(
         release = CentreGradientRelease(
             channel, centre=Centre(theta, float(clip), whitening), noise_multiplier=z
         )
-        gradient = release().value + space.logprior_grad(theta)
+        likelihood_gradient = release().value
+        gradient = likelihood_gradient + space.logprior_grad(theta)
+        # the gradient of the model the curvature describes: the likelihood plus the prior's
+        # quadratic at the round's start, so that the secant corrects the likelihood's part
+        # only (the prior's own curvature enters exactly, in prior_exact_step)
+        modelled = likelihood_gradient - prior_part @ theta
         if previous is not None:  # the curvature along the last step, where it is resolved
             updated = secant_update(
                 newton_covariance,
                 theta - previous[0],
-                gradient - previous[1],
+                modelled - previous[1],
                 previous[2] + release.noise_covariance,
             )
             newton_covariance = newton_covariance if updated is None else updated
@@ -1006,13 +1022,14 @@ def _centre_steps(
         signal = float(np.linalg.norm(root.T @ gradient))
         if not math.isfinite(signal):  # an undefined gradient: nothing to step on
             break
-        # the step with the prior exact and the likelihood's part shrunk by its noise (the
-        # positive-part James–Stein factor of newton_step's whole step)
-        shrink = max(0.0, 1.0 - (noise_length / signal) ** 2) if signal > 0 else 0.0
+        # the step with the prior exact and the likelihood's gradient shrunk by its noise
+        # (positive-part James–Stein, on the likelihood's part of the step: the only noisy one)
+        heard = float(np.linalg.norm(root.T @ likelihood_gradient))
+        shrink = max(0.0, 1.0 - (noise_length / heard) ** 2) if heard > 0 else 0.0
         likelihood_information = np.linalg.inv(newton_covariance) - prior_part
         moved = prior_exact_step(
             theta,
-            shrink * (gradient - space.logprior_grad(theta)),
+            shrink * likelihood_gradient,
             likelihood_information,
             space.logprior,
             space.logprior_grad,
@@ -1020,7 +1037,7 @@ def _centre_steps(
             _MAX_CENTRE_STEP,
             space.in_support,
         )
-        previous = (theta, gradient, release.noise_covariance)
+        previous = (theta, modelled, release.noise_covariance)
         theta = moved  # inside the support
         # (a rougher release that sees no signal says nothing: the next one has the full μ)
         if signal <= _CENTRE_STOP_SIGNAL * noise_length:
@@ -1037,12 +1054,8 @@ def _usable(covariance: np.ndarray) -> bool:
     """Whether a covariance is finite and numerically positive definite (public)."""
     if not np.all(np.isfinite(covariance)):
         return False
-    try:
-        root = np.linalg.cholesky(covariance)
-    except np.linalg.LinAlgError:
-        return False
-    diagonal = np.abs(np.diag(root))
-    return bool(np.all(diagonal > 0) and np.max(diagonal) < 1e12 * np.min(diagonal))
+    values = np.linalg.eigvalsh(0.5 * (covariance + covariance.T))
+    return bool(values[0] > 0 and values[-1] < 1e12 * values[0])
 
 
 def _centring_histograms(rounds: int) -> int:
