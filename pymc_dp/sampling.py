@@ -125,7 +125,8 @@ def sample(
             "larger than the information, unresolved_directions in the privacy report): the "
             "proposals' scale there is the initialisation's rougher guess, and with strongly "
             "correlated parameters (a non-centred hierarchy) it can be far off, so the chains "
-            "may not converge. What helps: a larger epsilon, more rows, or fewer parameters.",
+            "may not converge. What helps: a larger epsilon, more rows, or fewer parameters "
+            "(a hierarchy whose groups have many rows each: write it centred).",
             ConvergenceWarning,
             stacklevel=2,
         )
