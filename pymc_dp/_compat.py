@@ -38,6 +38,7 @@ from importlib.metadata import version
 from typing import Any
 
 import numpy as np
+import pytensor.tensor.special as _special
 import pytensor.tensor.subtensor as _subtensor
 
 try:  # PyTensor 3
@@ -48,6 +49,7 @@ except ImportError:  # PyTensor 2
 __all__ = [
     "ARVIZ_1",
     "GATHER_OPS",
+    "SOFTMAX_GRAD_OPS",
     "ChainSetup",
     "add_group",
     "chain_setup_from_caller",
@@ -70,6 +72,12 @@ GATHER_OPS: tuple[type, ...] = tuple(
         getattr(_subtensor, "AdvancedSubtensor1", None),  # PyTensor 2 only
     )
     if op is not None
+)
+
+
+#: The op of a softmax's gradient (PyTensor 2); PyTensor 3 writes that gradient out as a graph.
+SOFTMAX_GRAD_OPS: tuple[type, ...] = tuple(
+    op for op in (getattr(_special, "SoftmaxGrad", None),) if op is not None
 )
 
 

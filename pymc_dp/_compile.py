@@ -22,7 +22,10 @@ import pytensor.scalar as ps
 import pytensor.tensor as pt
 from pytensor.compile.mode import get_default_mode
 from pytensor.graph.rewriting.basic import MergeOptimizer, in2out, node_rewriter
+from pytensor.graph.traversal import ancestors
 from pytensor.tensor.elemwise import Elemwise
+
+from pymc_dp._batching import unbatching_rewriters
 
 __all__ = ["compile_function"]
 
@@ -46,6 +49,10 @@ def _divide_by_reciprocal_node(fgraph, node):
 _divide_by_reciprocal = node_rewriter([Elemwise])(_divide_by_reciprocal_node)
 
 
+# The native batched forms of _batching run again after canonicalize/stabilize/specialize
+# (≤ 3): a Blockwise whose core inputs only become constants there (a Split of an ordinal
+# likelihood's per-row gradient: its axis) would otherwise loop over the rows in Python (the
+# clipped gradient of the zoo's ordinal regression: 160x PyMC's logp+dlogp).
 # After canonicalize/specialize/stabilize (≤ 3) and add/mul flattening (48); before fusion (49).
 # The merge makes the reciprocals of one divisor (used by several divisions) one node, so the
 # fused per-row loop reads each parameter-only value once (Normal model of the benchmark: from
@@ -53,8 +60,13 @@ _divide_by_reciprocal = node_rewriter([Elemwise])(_divide_by_reciprocal_node)
 # Built on first use, not at import: importing pymc_dp does no PyTensor work.
 @cache
 def _mode(check_bounds: bool) -> Any:
+    gathers, splits, softmax_grads = unbatching_rewriters()
     base = get_default_mode().register(
-        (in2out(_divide_by_reciprocal), 48.5), (MergeOptimizer(), 48.6)
+        (gathers, 3.5),  # once constants are folded (see below)
+        (splits, 3.51),
+        (softmax_grads, 3.52),
+        (in2out(_divide_by_reciprocal), 48.5),
+        (MergeOptimizer(), 48.6),
     )
     return base.including(_CHECKS_TO_NINF if check_bounds else _CHECKS_REMOVED)
 
@@ -77,4 +89,27 @@ def compile_function(
     """
     fn = pytensor.function(inputs, outputs, mode=_mode(bool(check_bounds)))
     fn.trust_input = True
+    # Constant folding may have run a Blockwise of the original graph, which keeps a closure on
+    # its node's tag; the function pickles that graph too (pm.sample's worker processes), and a
+    # closure does not pickle. The folded result is already in the compiled graph.
+    _drop_gufunc_closures(fn.maker.fgraph)
     return fn
+
+
+def _drop_gufunc_closures(fgraph: Any) -> None:
+    """Forget the per-node closures ``Blockwise`` keeps on a node's tag (they do not pickle).
+
+    Constant folding runs a ``Blockwise`` once; its node, though replaced, stays reachable from
+    the compiled graph's shape feature, which a pickled function carries along.
+    """
+    roots = list(fgraph.outputs)
+    for feature in getattr(fgraph, "_features", []):
+        shape_of = getattr(feature, "shape_of", None)
+        if not isinstance(shape_of, dict):  # PyTensor 3 keeps no such graph here
+            continue
+        for var, shape in shape_of.items():
+            roots.append(var)
+            roots.extend(shape or ())
+    for var in ancestors(roots):
+        if var.owner is not None:
+            var.owner.tag.__dict__.pop("gufunc", None)

@@ -133,6 +133,11 @@ def _row_name(var: Variable) -> str:
     return var.name or describe_leaf(var)
 
 
+def _row_data_key(row_data: Any) -> tuple:
+    items = [row_data] if isinstance(row_data, str | Variable) else list(row_data)
+    return tuple(item if isinstance(item, str) else id(item) for item in items)
+
+
 @dataclass(frozen=True)
 class _RowInput:
     """A graph input whose leading axis is the row axis."""
@@ -230,6 +235,9 @@ class RowLikelihood:
         self.calls = 0
         self._loglik_cache: list[tuple[bytes, np.ndarray]] = []
         self._centre_cache: tuple[bytes, np.ndarray] | None = None
+        # [centre key, (θ, c(θ)), (θ', c(θ'))]: c(θ) = ℓ(θ) − ĝ·(θ − θ_c) per row (the centred
+        # ratio's per-row values), for the chain's current state and last proposal
+        self._centred_cache: list[Any] = []
 
         methods = ["vectorize", "jacobian"] if gradient_method == "auto" else [gradient_method]
         failures: list[str] = []
@@ -264,6 +272,49 @@ class RowLikelihood:
                 f"Could not build per-row log-likelihood gradients for this model ({detail})."
             )
         self.gradient_method = method
+
+    @classmethod
+    def for_model(
+        cls,
+        model: pm.Model | None = None,
+        vars: Sequence[Any] | None = None,
+        *,
+        row_data: Sequence[Any] | None = None,
+    ) -> RowLikelihood:
+        """The oracle of ``model``, built once and shared by every step built on it.
+
+        A second step on the same model (``DPHMC`` after ``DPPenalty``, a rerun with another
+        budget) reuses the compiled oracle instead of compiling it again. The oracle is kept on
+        the model object and reused only while nothing it was built from has changed: the same
+        variables (by identity, so a variable or deterministic added since is a new model), the
+        same initial values and ``check_bounds``, and the same data (``pm.set_data`` since the
+        build makes a new oracle, validated on the new data). A step that moves only some of
+        the free variables gets its own oracle (it holds the others fixed at its own values).
+        """
+        model = pm.modelcontext(model)
+        value_vars = resolve_vars(model, vars)
+        if len(value_vars) != len(model.value_vars):
+            return cls(model, vars, row_data=row_data)
+        key = (
+            tuple(v.name for v in value_vars),
+            None if row_data is None else _row_data_key(row_data),
+            tuple((name, id(var)) for name, var in model.named_vars.items()),
+            tuple((id(rv), id(value)) for rv, value in model.rvs_to_initial_values.items()),
+            bool(getattr(model, "check_bounds", True)),
+        )
+        built = model.__dict__.setdefault("_pymc_dp_oracles", {})
+        oracle = built.get(key)
+        if oracle is not None:
+            try:
+                oracle.check_data_unchanged()
+            except DataChangedError:
+                oracle = None
+        if oracle is None:
+            oracle = cls(model, vars, row_data=row_data)
+            built.clear()  # one oracle per model: an older one is for data or graphs now gone
+            built[key] = oracle
+        oracle.check_deterministics()
+        return oracle
 
     # ------------------------------------------------------------------ model inspection
 
@@ -526,6 +577,20 @@ class RowLikelihood:
         rest = flat_theta[len(blocks) :]
         sparse_theta = {v: (rest[2 * k], rest[2 * k + 1]) for k, v in enumerate(sparse_vars)}
         self._f_loglik = self.space.compile([self.space.theta, *inputs], ell_theta)
+        # The centred ratio in the same pass (theory §4.1, the default step's hot path): with
+        # the rows' clipped centre gradients ĝ_i (an (m, d) input) and c_i(θ) = ℓ_i(θ) −
+        # ĝ_i·(θ − θ_c), it returns c(θ') and Σ_i clip(c_i(θ') − c_i(θ), ±B) = the clipped
+        # centred ratio sum. Compiled on first use (only the centred release asks for it).
+        centre_rows = pt.matrix("centre_rows", dtype=floatX)
+        centre_theta = pt.vector("centre_theta", dtype=floatX)
+        current = pt.vector("current_centred", dtype=floatX)
+        ratio_bound = pt.scalar("ratio_bound", dtype=floatX)
+        centred = ell_theta - pt.dot(centre_rows, self.space.theta - centre_theta)
+        self._centred_graph = (
+            [self.space.theta, *inputs, centre_rows, centre_theta, current, ratio_bound],
+            [centred, clip_ratio_graph(centred - current, ratio_bound).sum()],
+        )
+        self._f_centred = None
         sizes = {v: sl.stop - sl.start for v, sl, _ in self.space.slices}
         shapes = {v: shape for v, _, shape in self.space.slices}
         # columns of a row's gradient: all of a dense block, one entry's worth of a gathered v
@@ -598,10 +663,12 @@ class RowLikelihood:
         (ell_new,) = clone_replace([ell_theta], {self.space.theta: theta_new})
         llr_bound = pt.scalar("llr_clip", dtype=floatX)
         ratio = ell_new - ell_theta
-        self._f_llr = self.space.compile(
+        # on a subset of rows only (minibatch steps): compiled on first use
+        self._llr_graph = (
             [self.space.theta, theta_new, *inputs, llr_bound],
             [clip_ratio_graph(ratio, llr_bound).sum(), count_clipped_graph(ratio, llr_bound)],
         )
+        self._f_llr = None
         dense = dict(blocks_theta)
         for v, (g, index) in sparse_theta.items():  # for grad_rows (tests, diagnostics) only
             rows = pt.zeros((m, shapes[v][0], widths[v]), dtype=floatX)
@@ -626,7 +693,9 @@ class RowLikelihood:
             model.logp(),
             model.dlogp(vars=[values_to_rvs[v] for v in self.value_vars]),
         ]
-        reference = pm.pytensorf.compile(model.value_vars, outputs, on_unused_input="ignore")
+        reference = pm.pytensorf.compile(
+            model.value_vars, outputs, on_unused_input="ignore", mode="FAST_COMPILE"
+        )
         expected, logp, dlogp = self._private_call(
             reference, *[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
         )
@@ -682,6 +751,7 @@ class RowLikelihood:
             state[key] = None
         state["_loglik_cache"] = []
         state["_centre_cache"] = None  # recomputed on first use (one gradient pass)
+        state["_centred_cache"] = []
         return state
 
     @property
@@ -698,6 +768,7 @@ class RowLikelihood:
         """Forget the per-row log-likelihoods kept for the ratio (call when public data change)."""
         self._loglik_cache = []
         self._centre_cache = None
+        self._centred_cache = []
 
     # ------------------------------------------------------------------ support and start
 
@@ -902,9 +973,11 @@ class RowLikelihood:
             current = self._cached_loglik(theta)
             ratio = self._cached_loglik(theta_new) - current
             over = releases.count_clipped(ratio, bound) if count_clipped else None
-            return ClippedSum(float(releases.clip_ratio(ratio, bound).sum()), over)
+            return ClippedSum(releases.clipped_ratio_sum(ratio, bound, overwrite=True), over)
         total = 0.0
         clipped = 0
+        if self._f_llr is None:
+            self._f_llr = self.space.compile(*self._llr_graph)
         for chunk in self._chunks(rows, True):
             value, count = self._private_call(self._f_llr, theta, theta_new, *chunk, bound)
             total += float(value)
@@ -926,10 +999,59 @@ class RowLikelihood:
         Each row's term depends on that row only, so the sensitivity under substitution of one
         row is ``2B``, as for :meth:`clipped_llr_sum`. Over all rows; per-row values cached.
         """
-        bound = float(self._check_bound(bound, "bound"))
-        ratio = self.centred_ratio_rows(theta, theta_new, centre)
-        over = releases.count_clipped(ratio, bound) if count_clipped else None
-        return ClippedSum(float(releases.clip_ratio(ratio, bound).sum()), over)
+        bound = self._check_bound(bound, "bound")
+        theta, theta_new = self.space.as_theta(theta), self.space.as_theta(theta_new)
+        rows = self.centre_rows(centre)  # ĝ_i, computed once per centre
+        stamp = self._centre_cache[0]
+        if self._centred_cache[:1] != [stamp]:
+            self._centred_cache = [stamp]  # c(θ) depends on the centre
+        known = dict(self._centred_cache[1:])
+        # the chain's current state first: it is kept while proposals come and go
+        key, key_new = theta.tobytes(), theta_new.tobytes()
+        if key not in known:
+            known[key], _ = self._centred_pass(theta, centre, rows, None, bound)
+        current = known[key]
+        if key_new in known:  # a state evaluated before (θ' = θ never reaches here)
+            ratio = known[key_new] - current
+            total = releases.clipped_ratio_sum(ratio, float(bound))
+        else:
+            known[key_new], total = self._centred_pass(theta_new, centre, rows, current, bound)
+            ratio = known[key_new] - current if count_clipped else None
+        self._centred_cache = [stamp, (key, current), (key_new, known[key_new])]
+        over = releases.count_clipped(ratio, float(bound)) if count_clipped else None
+        return ClippedSum(float(total), over)
+
+    def _centred_pass(
+        self,
+        theta: np.ndarray,
+        centre: releases.Centre,
+        rows: np.ndarray,
+        current: np.ndarray | None,
+        bound: np.ndarray,
+    ) -> tuple[np.ndarray, float]:
+        """One pass over the rows: ``c(θ)`` and ``Σ_i clip(c_i(θ) − current_i, ±B)``."""
+        if self._f_centred is None:
+            self._f_centred = self.space.compile(*self._centred_graph)
+        floatX = pytensor.config.floatX
+        centre_theta = np.asarray(centre.theta, dtype=floatX)
+        if current is None:
+            current = np.zeros(self.n_rows, dtype=floatX)
+        parts, total, start = [], 0.0, 0
+        for chunk in self._chunks(None, True):
+            stop = start + chunk[0].shape[0]
+            value, clipped = self._private_call(
+                self._f_centred,
+                theta,
+                *chunk,
+                rows[start:stop],
+                centre_theta,
+                current[start:stop],
+                bound,
+            )
+            parts.append(value)
+            total += float(clipped)
+            start = stop
+        return np.concatenate(parts), total
 
     def centred_ratio_rows(
         self, theta: np.ndarray, theta_new: np.ndarray, centre: releases.Centre
@@ -938,7 +1060,13 @@ class RowLikelihood:
         theta, theta_new = self.space.as_theta(theta), self.space.as_theta(theta_new)
         rows = self.centre_rows(centre)
         step = np.asarray(theta_new, dtype=float) - np.asarray(theta, dtype=float)
-        return self._cached_loglik(theta_new) - self._cached_loglik(theta) - rows @ step
+        # θ first: a chain's current state is kept (and reused) while proposals come and go.
+        # Asking for θ' first evicted θ whenever θ was the older entry, i.e. after every
+        # accepted proposal: one extra pass over the data per acceptance.
+        current = self._cached_loglik(theta)
+        ratio = self._cached_loglik(theta_new) - current
+        ratio -= rows @ step
+        return ratio
 
     def centre_rows(self, centre: releases.Centre) -> np.ndarray:
         """The ``(n, d)`` matrix of clipped per-row gradients ``ĝ_i`` at ``centre``. Not private.
@@ -947,12 +1075,13 @@ class RowLikelihood:
         the clipped gradient sum, so ``Σ_i ĝ_i`` is what a :class:`GradientRelease` with the
         centre's clip and whitening releases with noise.
         """
-        whitening = self._whitening(centre.whitening)
-        bound = float(self._check_bound(centre.grad_clip, "grad_clip"))
         theta = np.asarray(self.space.as_theta(centre.theta), dtype=float)
-        key = theta.tobytes() + np.float64(bound).tobytes() + whitening.tobytes()
+        raw = np.asarray(centre.whitening, dtype=float)
+        key = theta.tobytes() + np.float64(centre.grad_clip).tobytes() + raw.tobytes()
         if self._centre_cache is not None and self._centre_cache[0] == key:
-            return self._centre_cache[1]
+            return self._centre_cache[1]  # checked when it was computed (every iteration asks)
+        whitening = self._whitening(raw)
+        bound = float(self._check_bound(centre.grad_clip, "grad_clip"))
         grads = self.grad_rows(theta)
         grads = np.where(np.abs(grads) < np.inf, grads, 0.0)
         norms = np.linalg.norm(grads @ whitening.T, axis=1)

@@ -213,17 +213,15 @@ class ParameterSpace:
     # ------------------------------------------------------------------ log-prior
 
     def _compile_prior(self) -> None:
-        terms = [lp.sum() for _, lp in self._prior_terms]
-        total = pt.add(*terms) if terms else pt.constant(0.0, dtype=pytensor.config.floatX)
-        (total,) = self.to_theta([total])
+        floatX = pytensor.config.floatX
+        terms = self.to_theta([lp.sum() for _, lp in self._prior_terms])
+        total = pt.add(*terms) if terms else pt.constant(0.0, dtype=floatX)
         grad = pytensor.grad(total, self.theta, disconnected_inputs="ignore")
-        self._f_prior = self.compile([self.theta], [total, grad])
-        # each term alone, to name a variable whose prior is not finite at a chain's start
+        # each term alone too, to name a variable whose prior is not finite at a chain's start;
+        # one function for all three (each compilation has a fixed cost; the terms are free)
+        each = pt.stack(terms) if terms else pt.zeros((0,), dtype=floatX)
+        self._f_prior = self.compile([self.theta], [total, grad, each])
         self._prior_names = [name for name, _ in self._prior_terms]
-        if terms:
-            self._f_prior_terms = self.compile([self.theta], pt.stack(self.to_theta(terms)))
-        else:
-            self._f_prior_terms = None
 
     def logprior(self, theta: np.ndarray) -> float:
         """Log-prior ``log p(θ)`` including transform Jacobians and data-free potentials."""
@@ -235,7 +233,7 @@ class ParameterSpace:
 
     def logprior_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """:meth:`logprior` and :meth:`logprior_grad` in one call."""
-        value, grad = self._f_prior(self.as_theta(theta))
+        value, grad, _ = self._f_prior(self.as_theta(theta))
         return float(value), np.asarray(grad)
 
     # ------------------------------------------------------------------ support and start
@@ -285,7 +283,7 @@ class ParameterSpace:
                     "(e.g. a negative value for a positive variable). Give a finite value inside "
                     "the support in initvals, or leave initvals unset."
                 )
-        terms = [] if self._f_prior_terms is None else self._f_prior_terms(self.as_theta(theta))
+        terms = self._f_prior(self.as_theta(theta))[2]
         bad = [
             name
             for name, value in zip(self._prior_names, terms, strict=True)

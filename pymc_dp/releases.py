@@ -23,6 +23,7 @@ __all__ = [
     "Release",
     "clip_from_counts",
     "clip_ratio",
+    "clipped_ratio_sum",
     "count_clipped",
     "mean_square_from_counts",
     "quantile_from_counts",
@@ -72,6 +73,19 @@ def clip_ratio(ratio: np.ndarray, bound: float) -> np.ndarray:
     """``clip(r, −B, B)`` with an undefined ratio (NaN) counted as ``−B`` (theory §2)."""
     ratio = np.asarray(ratio, dtype=float)
     return np.clip(np.where(np.isnan(ratio), -bound, ratio), -bound, bound)
+
+
+def clipped_ratio_sum(ratio: np.ndarray, bound: float, *, overwrite: bool = False) -> float:
+    """``Σ clip_ratio(r, B)`` without temporaries (the per-iteration hot path of the ratio).
+
+    ``fmax`` returns its other argument where one is NaN, so ``fmin(fmax(r, −B), B)`` is
+    :func:`clip_ratio` exactly (NaN → ``−B``, ``±∞`` → ``±B``). With ``overwrite=True`` the
+    clipping is done in ``ratio`` itself (a float64 array the caller no longer needs).
+    """
+    ratio = np.asarray(ratio, dtype=float)
+    out = ratio if overwrite and ratio.flags.writeable else None
+    clipped = np.fmax(ratio, -bound, out=out)
+    return float(np.fmin(clipped, bound, out=clipped).sum())
 
 
 def count_clipped(ratio: np.ndarray, bound: float) -> int:

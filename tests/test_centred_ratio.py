@@ -105,6 +105,25 @@ def test_the_centred_ratio_is_the_ratio_less_the_clipped_centre_gradients():
     )
 
 
+def test_a_chain_on_the_centred_ratio_makes_one_pass_per_iteration_accepted_or_not():
+    # The current state must stay cached while proposals come and go. Asking for the
+    # proposal first evicted the current state after every acceptance (one extra pass each).
+    oracle = RowLikelihood(SPEC.model(SPEC.simulate(500, np.random.default_rng(3))))
+    centre = Centre(np.zeros(SPEC.d), 3.0, np.eye(SPEC.d))
+    rng = np.random.default_rng(4)
+    theta = np.array([0.3, -0.2])
+    accepted = 0
+    for i in range(12):  # a Metropolis chain: accept half the proposals
+        theta_new = theta + rng.normal(0, 0.05, SPEC.d)
+        before = oracle.calls
+        oracle.clipped_centred_llr_sum(theta, theta_new, centre, 0.05)
+        passes = oracle.calls - before
+        assert passes == (3 if i == 0 else 1)  # first ĝ, θ and θ'; then only θ' is new
+        if i % 2 == 0:
+            theta, accepted = theta_new, accepted + 1
+    assert accepted == 6
+
+
 def _release(channel: PrivateChannel, **overrides) -> CentredLLRRelease:
     options = dict(
         centre=Centre(np.zeros(SPEC.d), 10.0, np.eye(SPEC.d)),

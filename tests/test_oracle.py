@@ -6,10 +6,13 @@ import pickle
 from functools import cache
 
 import numpy as np
+import pytensor
 import pytest
 from conftest import MODELS
 
 from pymc_dp.oracle import RowLikelihood
+
+PYTENSOR_3 = int(pytensor.__version__.split(".")[0]) >= 3
 
 # The fast path on every model; the exact fallback on models that cover its distinct
 # constructions (dense covariates, group indexing, multivariate rows, a potential prior).
@@ -239,3 +242,85 @@ def test_rows_are_defined_by_the_observed_leading_axis():
         point
     )
     np.testing.assert_allclose(oracle.loglik_rows(theta), elementwise, rtol=1e-10)
+
+
+def _small_regression(n: int = 300, seed: int = 0):
+    import pymc as pm
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    with pm.Model() as model:
+        xd = pm.Data("x", x)
+        beta = pm.Normal("beta", 0, 1)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", beta * xd, sigma, observed=0.5 * x + rng.normal(size=n), shape=xd.shape)
+    return model
+
+
+def test_steps_on_one_model_share_its_oracle_until_the_model_or_its_data_change():
+    import pymc as pm
+
+    import pymc_dp
+
+    model = _small_regression()
+    budget = pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-6)
+    with model:
+        first = pymc_dp.DPPenalty(budget=budget)._channel._oracle
+        assert pymc_dp.DPHMC(budget=budget)._channel._oracle is first  # compiled once
+        assert RowLikelihood.for_model(model) is first
+        # a step that moves some variables holds the others fixed at its own values: its own
+        assert RowLikelihood.for_model(model, ["beta"]) is not first
+        # new data (same shape): a new oracle, validated on them
+        pm.set_data({"x": np.random.default_rng(1).normal(size=300)})
+        second = RowLikelihood.for_model(model)
+        assert second is not first
+        second.check_data_unchanged()  # built on the new data
+        # a variable added since the build: a new oracle (the model is not the same)
+        pm.Normal("unused", 0, 1)
+        third = RowLikelihood.for_model(model)
+        assert third is not second and third.ndim == second.ndim + 1
+
+
+def test_a_deterministic_added_after_the_build_is_refused_by_the_shared_oracle_too():
+    import pymc as pm
+
+    from pymc_dp.errors import PrivacyLeakError
+
+    model = _small_regression()
+    with model:
+        RowLikelihood.for_model(model)
+        pm.Deterministic("fitted", model["beta"] * model["x"])
+        with pytest.raises(PrivacyLeakError, match="fitted"):
+            RowLikelihood.for_model(model)
+
+
+@pytest.mark.parametrize("name", ["ordinal_no_p", "mixture", "hierarchical"])
+def test_no_per_row_function_loops_over_rows_in_python_and_each_pickles(name):
+    # A Blockwise left in a compiled per-row function loops over the rows in Python: the
+    # ordinal regression's per-row category probabilities p_i[y_i] and the Split of its
+    # gradient cost 160x PyMC's logp+dlogp that way. Constant folding of such an op also left a
+    # closure behind that made the oracle unpicklable (pm.sample's worker processes).
+    from pytensor.tensor.blockwise import Blockwise
+
+    from pymc_dp.experiments.zoo import ZOO
+
+    model = ZOO[name].model(400, seed=1)[1]
+    oracle = RowLikelihood(model)
+    assert oracle.gradient_method == "vectorize"
+    functions = {"loglik": oracle._f_loglik, "grad": oracle._f_grad}
+    functions["grad rows"] = oracle._grad_rows_fn()
+    for label, fn in functions.items():
+        looped = [n.op for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, Blockwise)]
+        assert not looped, (label, looped)
+    theta = random_theta(oracle, seed=5, scale=0.1)
+    if PYTENSOR_3 and name != "hierarchical":
+        # PyTensor 3 keeps closures of its own on these models' graphs (an OpFromGraph's
+        # gradient, a folded Blockwise): docs/limitations.md, pm.sample(cores=1) for them
+        with pytest.raises(AttributeError, match="pickle"):
+            pickle.dumps(oracle)
+        return
+    copy = pickle.loads(pickle.dumps(oracle))
+    np.testing.assert_array_equal(copy.loglik_rows(theta), oracle.loglik_rows(theta))
+    np.testing.assert_array_equal(
+        copy.clipped_grad_sum(theta, 1.0).value, oracle.clipped_grad_sum(theta, 1.0).value
+    )

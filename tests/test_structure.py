@@ -21,7 +21,7 @@ import pytest
 
 import pymc_dp
 from pymc_dp.oracle import clip_ratio_graph, count_clipped_graph
-from pymc_dp.releases import clip_ratio, count_clipped
+from pymc_dp.releases import clip_ratio, clipped_ratio_sum, count_clipped
 
 PACKAGE = Path(pymc_dp.__file__).parent
 
@@ -118,3 +118,8 @@ def test_the_ratio_clipping_rule_is_the_same_in_numpy_and_pytensor():
     np.testing.assert_array_equal(clipped, clip_ratio(ratio, bound))
     assert int(count) == count_clipped(ratio, bound) == 6  # ±inf, −5, 7.5 and two NaN
     assert clip_ratio(np.array([np.nan]), 2.0)[0] == -2.0  # undefined: against the move
+    # the hot path's in-place sum is the same rule (NaN → −B, ±∞ → ±B)
+    assert clipped_ratio_sum(ratio, bound) == clip_ratio(ratio, bound).sum() == pytest.approx(-1.95)
+    scratch = ratio.copy()
+    assert clipped_ratio_sum(scratch, bound, overwrite=True) == pytest.approx(-1.95)
+    np.testing.assert_array_equal(scratch, clip_ratio(ratio, bound))

@@ -38,6 +38,7 @@ from pymc_dp.accounting.gaussian import (
     gaussian_capacity,
     gaussian_delta,
     gaussian_epsilon,
+    gaussian_epsilon_curve,
     gaussian_iterations,
     gaussian_log_delta,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "gaussian_capacity",
     "gaussian_delta",
     "gaussian_epsilon",
+    "gaussian_epsilon_curve",
     "gaussian_iterations",
     "gaussian_log_delta",
     "max_iterations",

@@ -50,6 +50,7 @@ __all__ = [
     "gaussian_capacity",
     "gaussian_delta",
     "gaussian_epsilon",
+    "gaussian_epsilon_curve",
     "gaussian_iterations",
     "gaussian_log_delta",
 ]
@@ -240,6 +241,65 @@ def gaussian_epsilon(delta: float | np.ndarray, mu: float | np.ndarray) -> float
     )
     out = out.reshape(d_b.shape)
     return float(out) if out.ndim == 0 else out
+
+
+def gaussian_epsilon_curve(delta: float, mus: np.ndarray) -> np.ndarray:
+    """:func:`gaussian_epsilon` at many ``M`` at once (a chain's spend, iteration by iteration).
+
+    The same smallest ε with ``δ(ε; M) ≤ delta`` as :func:`gaussian_epsilon` (to the last few
+    ulps), found by a vectorised bisection on ``log δ`` over the same zCDP bracket instead of
+    one Brent root-find per value: a block of 512 iterations costs about as much as 3 scalar
+    root-finds. Each returned ε passes the same ``δ ≤ delta · (1 − 1e-9)`` check.
+
+    Parameters
+    ----------
+    delta : float
+        Target δ in ``(0, 1)``.
+    mus : array_like
+        Total PLD parameters ``M ≥ 0`` (finite).
+
+    Returns
+    -------
+    numpy.ndarray
+        ε ≥ 0 per ``M``, of the shape of ``mus``.
+    """
+    check_delta(delta)
+    m = np.atleast_1d(as_float_array(mus, "mus")).astype(float)
+    if np.any(~np.isfinite(m)) or np.any(m < 0):
+        raise InvalidParameterError(f"mus must be finite and >= 0; got {mus!r}.")
+    log_target = math.log(delta * (1.0 - _DELTA_MARGIN))
+    target = delta * (1.0 - _DELTA_MARGIN)
+
+    def excess(eps: np.ndarray, mm: np.ndarray) -> np.ndarray:
+        return _log_delta_array(eps, mm) - log_target
+
+    out = np.zeros_like(m)
+    todo = (m > 0) & (excess(np.zeros_like(m), m) > 0.0)
+    mm = m[todo]
+    lo = np.zeros_like(mm)
+    hi = mm + 2.0 * np.sqrt(mm * -log_target)
+    high = excess(hi, mm) > 0.0
+    while np.any(high):  # only if rounding bites; keep the bracket valid
+        hi = np.where(high, 2.0 * hi + 1.0, hi)
+        high = excess(hi, mm) > 0.0
+    # invariant: excess(lo) > 0 ≥ excess(hi); stop when no float lies strictly between them
+    for _ in range(1100):
+        mid = 0.5 * (lo + hi)
+        open_ = (mid > lo) & (mid < hi)
+        if not np.any(open_):
+            break
+        above = excess(mid, mm) > 0.0
+        lo = np.where(open_ & above, mid, lo)
+        hi = np.where(open_ & ~above, mid, hi)
+    # the δ check of _fits on each value, stepping up where the exp form disagrees
+    while True:
+        log_d = _log_delta_array(hi, mm)
+        bad = ~((log_d <= log_target) & (np.exp(log_d) <= target))
+        if not np.any(bad):
+            break
+        hi = np.where(bad, np.nextafter(hi, np.inf), hi)
+    out[todo] = hi
+    return out.reshape(np.shape(mus)) if np.ndim(mus) else out
 
 
 def _capacity_scalar(epsilon: float, delta: float) -> float:

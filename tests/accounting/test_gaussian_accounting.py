@@ -15,6 +15,7 @@ from pymc_dp.accounting import (
     gaussian_capacity,
     gaussian_delta,
     gaussian_epsilon,
+    gaussian_epsilon_curve,
     gaussian_iterations,
     gaussian_log_delta,
     zcdp_capacity,
@@ -213,6 +214,23 @@ def test_epsilon_inverts_delta(eps: float, ratio: float) -> None:
     assert back >= eps * (1 - 1e-12)
     assert back == pytest.approx(eps, rel=1e-6, abs=1e-9)
     assert d * (1 - 3e-9) <= gaussian_delta(back, mu) <= d
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dlt=st.floats(min_value=1e-12, max_value=0.5),
+    mu_1=st.floats(min_value=1e-9, max_value=1.0),
+    start=st.integers(0, 5000),
+)
+def test_the_epsilon_curve_of_a_chain_is_the_scalar_epsilon_at_each_iteration(dlt, mu_1, start):
+    # the per-iteration stat: one vectorised solve for a block of iterations k·μ₁
+    ks = np.arange(start, start + 40, dtype=float)
+    curve = gaussian_epsilon_curve(dlt, ks * mu_1)
+    scalar = np.array([gaussian_epsilon(dlt, float(k * mu_1)) for k in ks])
+    np.testing.assert_allclose(curve, scalar, rtol=1e-9, atol=1e-15)
+    assert np.all(np.diff(curve) >= 0)
+    for k, e in zip(ks, curve, strict=True):  # never an ε whose δ exceeds the target
+        assert gaussian_delta(e, k * mu_1) <= dlt
 
 
 @settings(max_examples=150, deadline=None)

@@ -1,0 +1,162 @@
+"""Per-iteration overhead of the DP steps: wall time per iteration over the time of its data passes.
+
+A DP iteration should cost the passes over the data that it makes (the oracle's compiled
+per-row functions) plus a small constant. This script runs each step as a user does
+(``pymc_dp.sample(step, chains=1)``, automatic settings, a budget only), and during the
+sampling loop measures
+
+* ``iter ms``: wall time per iteration, from the first call of ``step.step`` to the return of
+  the last one, so PyMC's plumbing between calls (point dicts, trace, stats) is included;
+* ``passes ms``: time per iteration spent inside the oracle's compiled per-row functions (the
+  data passes themselves), and ``passes``: how many full passes over the rows an iteration makes;
+* ``ratio = iter ms / passes ms`` (target ≤ 1.3: a DP iteration costs its data passes plus a
+  small constant).
+
+The last line is ``overhead ratio <r> (target 1.3)``: the worst ratio over the models with a
+target. Run: ``python benchmarks/iteration.py`` (``--n 20000`` for a quick look, ``--steps
+DPPenalty`` for one step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+import pymc as pm
+
+import pymc_dp
+from pymc_dp.oracle import RowLikelihood
+from pymc_dp.testing import Banana
+
+warnings.filterwarnings("ignore")
+
+TARGET = 1.3
+
+
+def logistic(n: int, rng: np.random.Generator) -> pm.Model:
+    d = 10
+    X = rng.normal(size=(n, d))
+    y = rng.binomial(1, 1 / (1 + np.exp(-X @ rng.normal(size=d) * 0.3)))
+    with pm.Model() as model:
+        Xd = pm.Data("X", X)
+        beta = pm.Normal("beta", 0, 1, shape=d)
+        pm.Bernoulli("y", logit_p=Xd @ beta, observed=y)
+    return model
+
+
+def banana(n: int, rng: np.random.Generator) -> pm.Model:
+    spec = Banana(d=2, a=20.0)
+    return spec.model(spec.simulate(n, rng))
+
+
+def normal_halfnormal(n: int, rng: np.random.Generator) -> pm.Model:
+    y = 1.0 + 2.0 * rng.normal(size=n)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10)
+        sigma = pm.HalfNormal("sigma", 5)
+        pm.Normal("y", mu, sigma, observed=y)
+    return model
+
+
+MODELS = {
+    "logistic regression (d=10)": logistic,
+    "banana (d=2)": banana,
+    "normal, halfnormal scale": normal_halfnormal,
+}
+STEPS = {
+    "DPPenalty": lambda budget: pymc_dp.DPPenalty(budget=budget),
+    "DPHMC": lambda budget: pymc_dp.DPHMC(budget=budget),
+}
+
+
+class _Timer:
+    """Wall time inside the oracle's compiled functions while ``active``."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.seconds = 0.0
+        self.original = RowLikelihood._private_call
+
+    def install(self) -> None:
+        timer = self
+
+        def timed(oracle, fn, *args):
+            if not timer.active:
+                return timer.original(oracle, fn, *args)
+            start = time.perf_counter()
+            try:
+                return timer.original(oracle, fn, *args)
+            finally:
+                timer.seconds += time.perf_counter() - start
+
+        RowLikelihood._private_call = timed
+
+
+def run(build, step_name: str, n: int, epsilon: float, seed: int) -> dict[str, float]:
+    rng = np.random.default_rng(seed)
+    model = build(n, rng)
+    timer = _Timer()
+    timer.install()
+    with model:
+        step = STEPS[step_name](pymc_dp.PrivacyBudget(epsilon=epsilon, delta=1e-6))
+    step.prepare(chains=1)
+    oracle = step._channel._oracle  # its pass counters (public instrumentation)
+    marks: list[float] = []
+    original_step = step.step
+
+    def step_and_mark(point):
+        if not marks:
+            marks.append(time.perf_counter())
+            rows0, calls0 = oracle.rows_read, oracle.calls
+            marks.extend([rows0, calls0])
+            timer.active = True
+        result = original_step(point)
+        marks[3:] = [time.perf_counter()]
+        return result
+
+    step.step = step_and_mark
+    pymc_dp.sample(
+        step, chains=1, random_seed=seed, progressbar=False, compute_convergence_checks=False
+    )
+    timer.active = False
+    iterations = step._iteration
+    wall = marks[3] - marks[0]
+    passes = (oracle.rows_read - marks[1]) / oracle.n_rows / iterations
+    return {
+        "iterations": iterations,
+        "iter_ms": 1e3 * wall / iterations,
+        "passes_ms": 1e3 * timer.seconds / iterations,
+        "passes": passes,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=100_000, help="rows (default 100 000)")
+    parser.add_argument("--epsilon", type=float, default=2.0, help="budget ε (default 2)")
+    parser.add_argument("--steps", nargs="*", default=list(STEPS), choices=list(STEPS))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(f"n = {args.n}, ε = {args.epsilon}, δ = 1e-6, one chain, automatic settings")
+    print(
+        f"{'step':10s} {'model':28s} {'iters':>6s} {'iter ms':>8s} {'passes ms':>10s} "
+        f"{'passes':>7s} {'ratio':>6s}"
+    )
+    worst = 0.0
+    for step_name in args.steps:
+        for name, build in MODELS.items():
+            r = run(build, step_name, args.n, args.epsilon, args.seed)
+            ratio = r["iter_ms"] / r["passes_ms"]
+            worst = max(worst, ratio)
+            print(
+                f"{step_name:10s} {name:28s} {r['iterations']:6d} {r['iter_ms']:8.3f} "
+                f"{r['passes_ms']:10.3f} {r['passes']:7.2f} {ratio:6.2f}",
+                flush=True,
+            )
+    print(f"overhead ratio {worst:.2f} (target {TARGET})")
+
+
+if __name__ == "__main__":
+    main()
