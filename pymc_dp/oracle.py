@@ -693,9 +693,9 @@ class RowLikelihood:
             model.logp(),
             model.dlogp(vars=[values_to_rvs[v] for v in self.value_vars]),
         ]
-        reference = pm.pytensorf.compile(
-            model.value_vars, outputs, on_unused_input="ignore", mode="FAST_COMPILE"
-        )
+        # PyMC's own compilation: a reference without rewrites compiles faster but evaluates
+        # in Python, 25x slower at n = 2·10⁶ rows (36 s against 1.5 s)
+        reference = pm.pytensorf.compile(model.value_vars, outputs, on_unused_input="ignore")
         expected, logp, dlogp = self._private_call(
             reference, *[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
         )
