@@ -34,6 +34,7 @@ releases nothing.
 from __future__ import annotations
 
 import collections
+import functools
 import math
 from abc import ABC, abstractmethod
 from typing import Any
@@ -143,6 +144,16 @@ class ReleaseCounter:
         return used + 1 <= sum(self.allowed[a] for a in slots)
 
 
+@functools.lru_cache(maxsize=256)
+def _gaussian_event(noise_multiplier: float) -> PrivacyCost:
+    """The (immutable) event of one Gaussian release with multiplier ``z``, built once per ``z``.
+
+    Every release records its event; building and validating it anew cost more than the rest
+    of the accounting. Keyed by the value, the event still follows the parameter.
+    """
+    return GaussianCost.from_noise_multiplier(noise_multiplier)
+
+
 class PrivateChannel:
     """The one path from a step method to the private data: oracle, secret noise, counter.
 
@@ -225,9 +236,7 @@ class Mechanism(ABC):
         self.channel = channel
 
     def _finish(self) -> None:
-        # validates the parameters, and is kept: the parameters cannot change from here on, and
-        # building the event anew cost more per release than the accounting itself
-        self._event = self.event
+        self.event  # noqa: B018 - validates the parameters
         self._built = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -244,8 +253,7 @@ class Mechanism(ABC):
         """The privacy event of one call."""
 
     def _record(self) -> None:
-        event = self.__dict__.get("_event")
-        self.channel.counter.record(self.event if event is None else event)
+        self.channel.counter.record(self.event)  # the event of the parameters as they are now
 
     @property
     def _oracle(self) -> RowLikelihood:
@@ -262,7 +270,7 @@ class _GaussianMechanism(Mechanism):
 
     @property
     def event(self) -> PrivacyCost:
-        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
+        return _gaussian_event(self.noise_multiplier)
 
 
 class _NoisySum(Mechanism):
@@ -286,7 +294,7 @@ class _NoisySum(Mechanism):
 
     @property
     def event(self) -> PrivacyCost:
-        return GaussianCost.from_noise_multiplier(self.noise_multiplier)
+        return _gaussian_event(self.noise_multiplier)
 
     def _ratio_bound(self, theta: np.ndarray, theta_new: np.ndarray) -> tuple[float, Any]:
         """``B = b_l ‖θ' − θ‖₂`` for a ratio release, and the release decided without reading
