@@ -24,47 +24,18 @@ import time
 import warnings
 
 import numpy as np
-import pymc as pm
+from oracle import MODELS as ORACLE_MODELS  # benchmarks/oracle.py
 
 import pymc_dp
 from pymc_dp.oracle import RowLikelihood
-from pymc_dp.testing import Banana
 
 warnings.filterwarnings("ignore")
 
 TARGET = 1.3
 
 
-def logistic(n: int, rng: np.random.Generator) -> pm.Model:
-    d = 10
-    X = rng.normal(size=(n, d))
-    y = rng.binomial(1, 1 / (1 + np.exp(-X @ rng.normal(size=d) * 0.3)))
-    with pm.Model() as model:
-        Xd = pm.Data("X", X)
-        beta = pm.Normal("beta", 0, 1, shape=d)
-        pm.Bernoulli("y", logit_p=Xd @ beta, observed=y)
-    return model
-
-
-def banana(n: int, rng: np.random.Generator) -> pm.Model:
-    spec = Banana(d=2, a=20.0)
-    return spec.model(spec.simulate(n, rng))
-
-
-def normal_halfnormal(n: int, rng: np.random.Generator) -> pm.Model:
-    y = 1.0 + 2.0 * rng.normal(size=n)
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0, 10)
-        sigma = pm.HalfNormal("sigma", 5)
-        pm.Normal("y", mu, sigma, observed=y)
-    return model
-
-
-MODELS = {
-    "logistic regression (d=10)": logistic,
-    "banana (d=2)": banana,
-    "normal, halfnormal scale": normal_halfnormal,
-}
+# the first three of benchmarks/oracle.py's models (those with a per-pass target)
+MODELS = {name: build for name, (build, _) in list(ORACLE_MODELS.items())[:3]}
 STEPS = {
     "DPPenalty": lambda budget: pymc_dp.DPPenalty(budget=budget),
     "DPHMC": lambda budget: pymc_dp.DPHMC(budget=budget),
