@@ -46,6 +46,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
+from pytensor.compile.mode import Mode
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import clone_replace, vectorize_graph
@@ -96,6 +97,15 @@ class ClippedSum(NamedTuple):
 
     value: Any
     n_clipped: int | None
+
+
+# The validation's reference (PyMC's own graphs, evaluated once per build): compiled with the
+# rewrites tagged fast_compile (canonicalisation, constant folding, merging) and C code, not
+# PyMC's full pipeline. A build compiles several functions, and this one's full rewriting cost
+# as much as PyMC's whole logp_dlogp_function; its single evaluation costs at most about twice
+# a fully rewritten one (benchmarks/build.py). pm.pytensorf.compile adds PyMC's treatment of
+# parameter checks to it.
+_REFERENCE_MODE = Mode(linker="cvm", optimizer="fast_compile")
 
 
 def clip_ratio_graph(ratio: Variable, bound: Variable) -> Variable:
@@ -212,6 +222,7 @@ class RowLikelihood:
         self._observed = self._check_observed()
         self.n_rows = self._observed[0].data.shape[0]
         lik_terms, prior = self._split_logp()
+        self._prior = prior
         self._rows = self._find_row_inputs(lik_terms, row_data)
         self._check_no_leaks(prior)
         self._public_data = self._snapshot_public_data([*lik_terms, *(t for _, t in prior)])
@@ -223,6 +234,7 @@ class RowLikelihood:
             self.value_vars,
             prior=prior,
             support_checks=self._support_checks(lik_terms),
+            initial_point=self._initial_point,
         )
         self.ndim = self.space.ndim
         self._auto_chunk = chunk_size is None
@@ -358,7 +370,7 @@ class RowLikelihood:
         """Per-row likelihood terms (one (n,) vector per observed variable) and prior terms."""
         model = self.model
         lik_terms = []
-        elementwise = model.logp(vars=model.observed_RVs, sum=False)
+        prior, elementwise = prior_terms(model, observed=True)
         for rv, term in zip(model.observed_RVs, elementwise, strict=True):
             if term.ndim == 0:
                 raise CoupledRowsError(
@@ -370,7 +382,7 @@ class RowLikelihood:
             if term.ndim > 1:
                 term = term.sum(axis=tuple(range(1, term.ndim)))
             lik_terms.append(term)
-        return lik_terms, prior_terms(model)
+        return lik_terms, prior
 
     def _find_row_inputs(
         self, lik_terms: list[Variable], row_data: Sequence[Any] | None
@@ -681,21 +693,29 @@ class RowLikelihood:
     # ------------------------------------------------------------------ validation
 
     def _reference_values(self) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
-        """PyMC's per-row log-likelihood, logp and dlogp at a random point θ (for checks)."""
+        """PyMC's per-row log-likelihood, logp and dlogp at a random point θ (for checks).
+
+        The graphs are PyMC's own (``model.logp``'s terms, as ``model.dlogp`` differentiates
+        them), on the model's value variables and data; the oracle's functions are built from
+        the same terms with the rows made inputs, so a mistake there shows as a difference.
+        Compiled with few rewrites (:data:`_REFERENCE_MODE`): the function runs once.
+        """
         model = self.model
         check_rng = np.random.default_rng(20240917)  # public: nothing here is released
         space = self.space
         theta = space.ravel(self._initial_point) + check_rng.normal(0.0, 0.3, self.ndim)
         point = {**self._initial_point, **space.unravel(theta), **space.fixed_values}
-        values_to_rvs = {val: rv for rv, val in model.rvs_to_values.items()}
-        outputs = [
-            pt.add(*self._lik_terms),
-            model.logp(),
-            model.dlogp(vars=[values_to_rvs[v] for v in self.value_vars]),
-        ]
-        # PyMC's own compilation: a reference without rewrites compiles faster but evaluates
-        # in Python, 25x slower at n = 2·10⁶ rows (36 s against 1.5 s)
-        reference = pm.pytensorf.compile(model.value_vars, outputs, on_unused_input="ignore")
+        # the model's log-density: every free, observed and potential term, as model.logp()
+        logp = pt.add(*[t.sum() for t in self._lik_terms], *[t.sum() for _, t in self._prior])
+        # PyMC's pre-gradient rewrites (model.dlogp), on a copy: they rewrite a graph in place,
+        # and these terms are the ones the oracle's own functions are built from
+        (copy,) = clone_replace([logp], {})  # new nodes, the same value variables and data
+        pregrad = rewrite_graph(copy, include=("canonicalize", "stabilize"))
+        grads = pm.pytensorf.gradient(pregrad, self.value_vars)
+        outputs = [pt.add(*self._lik_terms), logp, grads]
+        reference = pm.pytensorf.compile(
+            model.value_vars, outputs, on_unused_input="ignore", mode=_REFERENCE_MODE
+        )
         expected, logp, dlogp = self._private_call(
             reference, *[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
         )
@@ -747,7 +767,7 @@ class RowLikelihood:
         # worker starts (the workers have no model to check).
         self.check_deterministics()
         state = self.__dict__.copy()
-        for key in ("model", "_lik_terms"):
+        for key in ("model", "_lik_terms", "_prior"):
             state[key] = None
         state["_loglik_cache"] = []
         state["_centre_cache"] = None  # recomputed on first use (one gradient pass)
@@ -822,7 +842,10 @@ class RowLikelihood:
             return
         model = self.model
         check = pm.pytensorf.compile(
-            model.value_vars, [ok for _, ok in checks], on_unused_input="ignore"
+            model.value_vars,
+            [ok for _, ok in checks],
+            on_unused_input="ignore",
+            mode=_REFERENCE_MODE,  # evaluated once
         )
         point = self._initial_point
         results = self._private_call(check, *[point[v.name] for v in model.value_vars])

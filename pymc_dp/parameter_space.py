@@ -92,15 +92,26 @@ def resolve_vars(model: pm.Model, vars: Sequence[Any] | None) -> list[Variable]:
     return chosen
 
 
-def prior_terms(model: pm.Model) -> list[tuple[str, Variable]]:
+def prior_terms(
+    model: pm.Model, observed: bool = False
+) -> list[tuple[str, Variable]] | tuple[list[tuple[str, Variable]], list[Variable]]:
     """``(name, elementwise log-density)`` of every free variable (Jacobians included) and
-    every ``pm.Potential``: the terms of the model's log-density besides the likelihood."""
+    every ``pm.Potential``: the terms of the model's log-density besides the likelihood.
+
+    With ``observed=True``, also the observed variables' elementwise log-densities (in
+    ``model.observed_RVs`` order), from the same call of PyMC's log-density construction
+    (each call rebuilds the model's log-probability graph: a tenth of a second or more).
+    """
     prior_rvs = list(model.free_RVs)
-    logps = model.logp(vars=prior_rvs, jacobian=True, sum=False) if prior_rvs else []
-    terms = [(rv.name, lp) for rv, lp in zip(prior_rvs, logps, strict=True)]
+    observed_rvs = list(model.observed_RVs) if observed else []
+    rvs = prior_rvs + observed_rvs
+    logps = model.logp(vars=rvs, jacobian=True, sum=False) if rvs else []
+    terms = [(rv.name, lp) for rv, lp in zip(prior_rvs, logps, strict=False)]
     if model.potentials:
         pot_logps = model.logp(vars=model.potentials, sum=False)
         terms += [(pot.name, lp) for pot, lp in zip(model.potentials, pot_logps, strict=True)]
+    if observed:
+        return terms, list(logps[len(prior_rvs) :])
     return terms
 
 
@@ -120,6 +131,8 @@ class ParameterSpace:
     support_checks : list of (str, Variable), optional
         Parameter-only conditions of the likelihood (``"sigma > 0"``, graph over value
         variables) that read no row data; the oracle finds them (default: none).
+    initial_point : dict, optional
+        ``model.initial_point()``, if the caller has it.
 
     Attributes
     ----------
@@ -136,16 +149,17 @@ class ParameterSpace:
         *,
         prior: list[tuple[str, Variable]] | None = None,
         support_checks: list[tuple[str, Variable]] | None = None,
+        initial_point: dict[str, np.ndarray] | None = None,
     ) -> None:
         self.model = pm.modelcontext(model)
         self._check_bounds = bool(getattr(self.model, "check_bounds", True))
         self.value_vars = resolve_vars(self.model, vars)
-        self.initial_point = self.model.initial_point()
+        # PyMC compiles a function for it: the oracle passes the one it already has
+        self.initial_point = self.model.initial_point() if initial_point is None else initial_point
         self._layout()
         self._prior_terms = prior_terms(self.model) if prior is None else list(prior)
-        self._compile_prior()
         self._observed_names = [rv.name for rv in self.model.observed_RVs]
-        self._compile_support(support_checks or [])
+        self._compile_public(support_checks or [])
 
     # ------------------------------------------------------------------ layout
 
@@ -189,6 +203,7 @@ class ParameterSpace:
         for name, shared in self._fixed.items():
             if name in point:
                 shared.set_value(np.asarray(point[name], dtype=shared.dtype))
+        self._public_cache = None  # the prior of θ may read the fixed variables
 
     def ravel(self, point: dict[str, Any]) -> np.ndarray:
         """Raveled parameter vector θ (unconstrained space) from a point dict."""
@@ -212,49 +227,56 @@ class ParameterSpace:
 
     # ------------------------------------------------------------------ log-prior
 
-    def _compile_prior(self) -> None:
+    def _compile_public(self, checks: list[tuple[str, Variable]]) -> None:
+        """One function of θ for the log-prior, its gradient, each prior term and the
+        likelihood's parameter-only checks (one message each): every compilation has a fixed
+        cost, and all of these are cheap; the last θ's values are kept (a proposal is checked
+        for support, then its prior is read)."""
         floatX = pytensor.config.floatX
         terms = self.to_theta([lp.sum() for _, lp in self._prior_terms])
         total = pt.add(*terms) if terms else pt.constant(0.0, dtype=floatX)
         grad = pytensor.grad(total, self.theta, disconnected_inputs="ignore")
-        # each term alone too, to name a variable whose prior is not finite at a chain's start;
-        # one function for all three (each compilation has a fixed cost; the terms are free)
+        # each term alone too, to name a variable whose prior is not finite at a chain's start
         each = pt.stack(terms) if terms else pt.zeros((0,), dtype=floatX)
-        self._f_prior = self.compile([self.theta], [total, grad, each])
         self._prior_names = [name for name, _ in self._prior_terms]
-
-    def logprior(self, theta: np.ndarray) -> float:
-        """Log-prior ``log p(θ)`` including transform Jacobians and data-free potentials."""
-        return float(self._f_prior(self.as_theta(theta))[0])
-
-    def logprior_grad(self, theta: np.ndarray) -> np.ndarray:
-        """Gradient of :meth:`logprior` with respect to θ."""
-        return np.asarray(self._f_prior(self.as_theta(theta))[1])
-
-    def logprior_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
-        """:meth:`logprior` and :meth:`logprior_grad` in one call."""
-        value, grad, _ = self._f_prior(self.as_theta(theta))
-        return float(value), np.asarray(grad)
-
-    # ------------------------------------------------------------------ support and start
-
-    def _compile_support(self, checks: list[tuple[str, Variable]]) -> None:
         self._support_messages = list(dict.fromkeys(msg for msg, _ in checks))
-        if not checks:
-            self._f_support = None
-            return
         conditions = self.to_theta([cond for _, cond in checks])
         by_message = [
             pt.all(pt.stack([c for (m, _), c in zip(checks, conditions, strict=True) if m == msg]))
             for msg in self._support_messages
         ]
-        self._f_support = self.compile([self.theta], pt.stack(by_message))
+        flags = pt.stack(by_message) if by_message else pt.zeros((0,), dtype="bool")
+        self._f_public = self.compile([self.theta], [total, grad, each, flags])
+        self._public_cache: tuple[bytes, list[np.ndarray]] | None = None
+
+    def _public_values(self, theta: np.ndarray) -> list[np.ndarray]:
+        """``[log p(θ), ∇ log p(θ), each prior term, each check passed]`` (the last θ kept)."""
+        theta = self.as_theta(theta)
+        key = theta.tobytes()
+        if self._public_cache is None or self._public_cache[0] != key:
+            self._public_cache = (key, self._f_public(theta))
+        return self._public_cache[1]
+
+    def logprior(self, theta: np.ndarray) -> float:
+        """Log-prior ``log p(θ)`` including transform Jacobians and data-free potentials."""
+        return float(self._public_values(theta)[0])
+
+    def logprior_grad(self, theta: np.ndarray) -> np.ndarray:
+        """Gradient of :meth:`logprior` with respect to θ."""
+        return np.array(self._public_values(theta)[1])
+
+    def logprior_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """:meth:`logprior` and :meth:`logprior_grad` in one call."""
+        value, grad, _, _ = self._public_values(theta)
+        return float(value), np.array(grad)
+
+    # ------------------------------------------------------------------ support and start
 
     def failed_checks(self, theta: np.ndarray) -> list[str]:
         """The likelihood's parameter checks (e.g. ``"sigma > 0"``) that fail at θ."""
-        if self._f_support is None:
+        if not self._support_messages:
             return []
-        ok = self._f_support(self.as_theta(theta))
+        ok = self._public_values(theta)[3]
         return [msg for msg, good in zip(self._support_messages, ok, strict=True) if not good]
 
     def in_support(self, theta: np.ndarray) -> bool:
@@ -266,7 +288,7 @@ class ParameterSpace:
         theta = np.asarray(theta)
         if not np.all(np.isfinite(theta)):
             return False
-        return self._f_support is None or bool(np.all(self._f_support(self.as_theta(theta))))
+        return not self._support_messages or bool(np.all(self._public_values(theta)[3]))
 
     def check_start(self, theta: np.ndarray) -> None:
         """Refuse a chain's starting point that is non-finite or outside the support.
@@ -283,7 +305,7 @@ class ParameterSpace:
                     "(e.g. a negative value for a positive variable). Give a finite value inside "
                     "the support in initvals, or leave initvals unset."
                 )
-        terms = self._f_prior(self.as_theta(theta))[2]
+        terms = self._public_values(theta)[2]
         bad = [
             name
             for name, value in zip(self._prior_names, terms, strict=True)

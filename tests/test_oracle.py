@@ -142,6 +142,22 @@ def test_llr_cache_follows_the_fixed_values():
         np.testing.assert_allclose(result.value, expected.sum(), rtol=1e-10)
 
 
+def test_the_prior_follows_the_fixed_values_at_the_same_theta():
+    # The log-prior of θ = (a) reads the fixed hyperparameters (a ~ N(mu_a, sigma_a)); the last
+    # θ's prior values are kept, so changing the fixed values must forget them.
+    model = MODELS["hierarchical"]()
+    space = RowLikelihood(model, vars=["a"]).space
+    theta = np.linspace(-1.0, 1.0, space.ndim)
+    prior = model.compile_logp(vars=model.free_RVs)  # every prior term, Jacobians included
+    values = []
+    for mu_a in (0.0, 2.0):
+        point = {**model.initial_point(), "mu_a": np.array(mu_a), **space.unravel(theta)}
+        space.set_fixed_values(point)
+        values.append(space.logprior(theta))
+        assert values[-1] == pytest.approx(float(prior(point)), rel=1e-10)
+    assert values[0] != values[1]
+
+
 def test_subsets_and_chunks_read_only_what_they_need():
     oracle = RowLikelihood(MODELS["logistic"](n=1000), chunk_size=64)
     theta = random_theta(oracle, seed=15)
