@@ -102,9 +102,10 @@ class ClippedSum(NamedTuple):
 # The validation's reference (PyMC's own graphs, evaluated once per build): compiled with the
 # rewrites tagged fast_compile (canonicalisation, constant folding, merging) and C code, not
 # PyMC's full pipeline. A build compiles several functions, and this one's full rewriting cost
-# as much as PyMC's whole logp_dlogp_function; its single evaluation costs at most about twice
-# a fully rewritten one (benchmarks/build.py). pm.pytensorf.compile adds PyMC's treatment of
-# parameter checks to it.
+# as much as PyMC's whole logp_dlogp_function. On the zoo models at n = 2·10⁵ it compiles in
+# 0.25–1.2 s against 0.44–2.3 s and evaluates in 1.0–1.6× the time of a fully rewritten one
+# (PyTensor's FAST_COMPILE mode would evaluate in Python: 25x slower at n = 2·10⁶).
+# pm.pytensorf.compile adds PyMC's treatment of parameter checks to it.
 _REFERENCE_MODE = Mode(linker="cvm", optimizer="fast_compile")
 
 
