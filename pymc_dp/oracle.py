@@ -74,7 +74,7 @@ from pymc_dp.errors import (
     ModelNotSupportedError,
     PrivateEvaluationError,
 )
-from pymc_dp.parameter_space import ParameterSpace, prior_terms, resolve_vars
+from pymc_dp.parameter_space import ParameterSpace, prior_and_observed_terms, resolve_vars
 
 __all__ = ["ClippedSum", "RowLikelihood", "clip_ratio_graph", "count_clipped_graph"]
 
@@ -371,7 +371,7 @@ class RowLikelihood:
         """Per-row likelihood terms (one (n,) vector per observed variable) and prior terms."""
         model = self.model
         lik_terms = []
-        prior, elementwise = prior_terms(model, observed=True)
+        prior, elementwise = prior_and_observed_terms(model)
         for rv, term in zip(model.observed_RVs, elementwise, strict=True):
             if term.ndim == 0:
                 raise CoupledRowsError(
@@ -707,13 +707,13 @@ class RowLikelihood:
         theta = space.ravel(self._initial_point) + check_rng.normal(0.0, 0.3, self.ndim)
         point = {**self._initial_point, **space.unravel(theta), **space.fixed_values}
         # the model's log-density: every free, observed and potential term, as model.logp()
-        logp = pt.add(*[t.sum() for t in self._lik_terms], *[t.sum() for _, t in self._prior])
+        total = pt.add(*[t.sum() for t in self._lik_terms], *[t.sum() for _, t in self._prior])
         # PyMC's pre-gradient rewrites (model.dlogp), on a copy: they rewrite a graph in place,
         # and these terms are the ones the oracle's own functions are built from
-        (copy,) = clone_replace([logp], {})  # new nodes, the same value variables and data
+        (copy,) = clone_replace([total], {})  # new nodes, the same value variables and data
         pregrad = rewrite_graph(copy, include=("canonicalize", "stabilize"))
         grads = pm.pytensorf.gradient(pregrad, self.value_vars)
-        outputs = [pt.add(*self._lik_terms), logp, grads]
+        outputs = [pt.add(*self._lik_terms), total, grads]
         reference = pm.pytensorf.compile(
             model.value_vars, outputs, on_unused_input="ignore", mode=_REFERENCE_MODE
         )

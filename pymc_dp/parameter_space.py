@@ -36,7 +36,7 @@ from pymc_dp._compile import compile_function
 from pymc_dp._leaks import describe_leaf
 from pymc_dp.errors import InitialPointError, InvalidParameterError, ModelNotSupportedError
 
-__all__ = ["ParameterSpace", "prior_terms", "resolve_vars"]
+__all__ = ["ParameterSpace", "prior_and_observed_terms", "prior_terms", "resolve_vars"]
 
 
 def resolve_vars(model: pm.Model, vars: Sequence[Any] | None) -> list[Variable]:
@@ -92,27 +92,28 @@ def resolve_vars(model: pm.Model, vars: Sequence[Any] | None) -> list[Variable]:
     return chosen
 
 
-def prior_terms(
-    model: pm.Model, observed: bool = False
-) -> list[tuple[str, Variable]] | tuple[list[tuple[str, Variable]], list[Variable]]:
+def prior_terms(model: pm.Model) -> list[tuple[str, Variable]]:
     """``(name, elementwise log-density)`` of every free variable (Jacobians included) and
-    every ``pm.Potential``: the terms of the model's log-density besides the likelihood.
+    every ``pm.Potential``: the terms of the model's log-density besides the likelihood."""
+    return prior_and_observed_terms(model, observed=False)[0]
 
-    With ``observed=True``, also the observed variables' elementwise log-densities (in
-    ``model.observed_RVs`` order), from the same call of PyMC's log-density construction
-    (each call rebuilds the model's log-probability graph: a tenth of a second or more).
-    """
+
+def prior_and_observed_terms(
+    model: pm.Model, observed: bool = True
+) -> tuple[list[tuple[str, Variable]], list[Variable]]:
+    """:func:`prior_terms`, and the observed variables' elementwise log-densities (in
+    ``model.observed_RVs`` order; none with ``observed=False``) from the same construction of
+    PyMC's log-probability graph (each construction costs a tenth of a second or more)."""
     prior_rvs = list(model.free_RVs)
     observed_rvs = list(model.observed_RVs) if observed else []
     rvs = prior_rvs + observed_rvs
     logps = model.logp(vars=rvs, jacobian=True, sum=False) if rvs else []
-    terms = [(rv.name, lp) for rv, lp in zip(prior_rvs, logps, strict=False)]
+    prior_logps, observed_logps = logps[: len(prior_rvs)], list(logps[len(prior_rvs) :])
+    terms = [(rv.name, lp) for rv, lp in zip(prior_rvs, prior_logps, strict=True)]
     if model.potentials:
         pot_logps = model.logp(vars=model.potentials, sum=False)
         terms += [(pot.name, lp) for pot, lp in zip(model.potentials, pot_logps, strict=True)]
-    if observed:
-        return terms, list(logps[len(prior_rvs) :])
-    return terms
+    return terms, observed_logps
 
 
 class ParameterSpace:
