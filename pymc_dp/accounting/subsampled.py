@@ -102,32 +102,45 @@ def _check_zq(noise_multiplier: object, sampling_ratio: object) -> tuple[float, 
     return z, q
 
 
-@functools.lru_cache(maxsize=8)
-def _two_direction_pld(
-    z: float, q: float, discretization: float
-) -> pld_lib.PrivacyLossDistribution:
-    """dp_accounting's Poisson-subsampled Gaussian PLD (remove and add directions)."""
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+def _privacy_loss(z: float, q: float, adjacency: str) -> object:
+    """dp_accounting's exact (continuous) privacy loss of the Poisson-subsampled Gaussian with
+    sensitivity 1, noise std ``z`` and sampling probability ``q``: the pair
+    ``((1-q)N(0, z²) + qN(1, z²), N(0, z²))`` for ``adjacency="REMOVE"``, and the reverse for
+    ``"ADD"``, exactly as ``from_gaussian_mechanism`` builds each direction."""
+    from dp_accounting.pld import privacy_loss_mechanism as plm
 
-    return pld_lib.from_gaussian_mechanism(
-        standard_deviation=z,
+    return plm.GaussianPrivacyLoss(
+        z,
         sensitivity=1.0,
-        value_discretization_interval=discretization,
+        pessimistic_estimate=True,
+        log_mass_truncation_bound=-50,  # from_gaussian_mechanism's default
         sampling_prob=q,
-        neighboring_relation=pld_lib.NeighborRel.ADD_OR_REMOVE_ONE,
+        adjacency_type=getattr(plm.AdjacencyType, adjacency),
     )
 
 
 def _remove_pmf(z: float, q: float, discretization: float) -> tuple[int, np.ndarray, float]:
-    """dp_accounting's pessimistic PMF of the remove-direction subsampled-Gaussian pair."""
-    pld = _two_direction_pld(z, q, discretization)
+    """dp_accounting's pessimistic PMF of the remove-direction subsampled-Gaussian pair.
+
+    The remove half of ``from_gaussian_mechanism(z, sampling_prob=q)`` under
+    ``ADD_OR_REMOVE_ONE``, built alone: the library builds the add half too, which costs as
+    much and which the construction does not use.
+    """
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
     try:
-        pmf = pld._pmf_remove.to_dense_pmf()
+        pmf = pld_lib._create_pld_pmf_from_monotone_privacy_loss(
+            _privacy_loss(z, q, "REMOVE"),
+            pessimistic_estimate=True,
+            value_discretization_interval=discretization,
+            use_connect_dots=True,
+        ).to_dense_pmf()
         lower, probs, inf_mass = pmf._lower_loss, np.asarray(pmf._probs), pmf._infinity_mass
     except AttributeError as exc:  # pragma: no cover - guards a dp_accounting refactor
         raise RuntimeError(
-            "pymc_dp needs dp_accounting's PrivacyLossDistribution._pmf_remove (dense PMF with "
-            "_lower_loss/_probs/_infinity_mass); this dp_accounting version changed them."
+            "pymc_dp needs dp_accounting's _create_pld_pmf_from_monotone_privacy_loss and its "
+            "dense PMF (_lower_loss/_probs/_infinity_mass); this dp_accounting version changed "
+            "them."
         ) from exc
     return lower, probs, float(inf_mass)
 
@@ -166,10 +179,18 @@ def _symmetric_pld_and_mean(
     symmetric = pld_lib.PrivacyLossDistribution(pmf)
     # The construction takes the positive-loss part from the remove direction, which dominates
     # the add direction for ε ≥ 0 for the subsampled Gaussian. Check it rather than assume it:
-    # the result must be at least dp_accounting's max(remove, add) profile at every ε ≥ 0.
-    both = _two_direction_pld(z, q, discretization)
-    grid = np.linspace(0.0, max(top * discretization, discretization), 257)
-    ours, theirs = symmetric.get_delta_for_epsilon(grid), both.get_delta_for_epsilon(grid)
+    # the result must be at least the add direction's exact δ(ε) at every ε ≥ 0 (its remove
+    # direction is dp_accounting's pessimistic PMF, at least the exact remove δ(ε)).
+    grid = np.linspace(0.0, max(top * discretization, discretization), 65)
+    # ours at ε ≥ 0: only the positive losses count (δ(ε) = ω(∞) + Σ_{ℓ>ε} ω(ℓ)(1 − e^{ε−ℓ}))
+    losses = pos_idx * discretization
+    ours = np.array(
+        [
+            inf_mass + float(np.dot(pos_p[losses > e], -np.expm1(e - losses[losses > e])))
+            for e in grid
+        ]
+    )
+    theirs = np.asarray(_privacy_loss(z, q, "ADD").get_delta_for_epsilon(grid))
     if np.any(ours < theirs * (1.0 - 1e-9) - 1e-15):
         raise RuntimeError(  # pragma: no cover - would mean the add direction dominates
             f"subsampled Gaussian (z={z}, q={q}): the add direction dominates somewhere; the "
@@ -230,16 +251,75 @@ def subsampled_gaussian_pld(
     return _self_composed_pld(z, q, h, k)
 
 
+#: Tail mass a self-composition may drop (into the infinity mass: pessimistic), as in
+#: dp_accounting's ``self_compose``.
+_TAIL_MASS_TRUNCATION = 1e-15
+
+
+@functools.lru_cache(maxsize=32)
+def _log_mgfs(z: float, q: float, discretization: float) -> tuple[np.ndarray, np.ndarray]:
+    """The base PMF's log moment-generating function at the orders of the Chernoff bound.
+
+    dp_accounting's ``common.compute_self_convolve_bounds`` evaluates these (40 log-sum-exps
+    over the whole PMF, about a second at the 10⁻⁴ grid) on every ``self_compose``; they
+    depend only on the base PMF, so they are computed once per ``(z, q)`` here.
+    """
+    from scipy import special
+
+    probs = _symmetric_pld(z, q, discretization)._pmf_remove._probs
+    orders = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / len(probs)
+    index = np.arange(len(probs))
+    values = np.array([special.logsumexp(index * order, b=probs) for order in orders])
+    return orders, values
+
+
+def _truncation_bounds(z: float, q: float, discretization: float, k: int) -> tuple[int, int]:
+    """Index range of the ``k``-fold self-convolution outside which at most
+    :data:`_TAIL_MASS_TRUNCATION` of its mass lies (Chernoff bound at each order ``t``:
+    ``P(S ≥ a) ≤ exp(k log M(t) − t a)``), exactly as dp_accounting computes it."""
+    probs = _symmetric_pld(z, q, discretization)._pmf_remove._probs
+    lower, upper = 0, (len(probs) - 1) * k
+    orders, log_mgfs = _log_mgfs(z, q, discretization)
+    for order, log_mgf in zip(orders, log_mgfs, strict=True):
+        bound = (k * log_mgf + math.log(2 / _TAIL_MASS_TRUNCATION)) / order
+        if not math.isfinite(bound):
+            continue
+        if order > 0:
+            upper = min(upper, math.ceil(bound))
+        else:
+            lower = max(lower, math.floor(bound))
+    return lower, upper
+
+
 @functools.lru_cache(maxsize=4)
 def _self_composed_pld(
     z: float, q: float, discretization: float, k: int
 ) -> pld_lib.PrivacyLossDistribution:
     """``C_q(G_{1/z})^{⊗k}``, cached: a reservation checks and reports the same ``k``.
 
-    Only a few are kept: a composed PLD of small noise can hold tens of MB.
+    dp_accounting's ``DensePLDPmf.self_compose`` (the FFT of the base PMF raised to the
+    ``k``-th power, tails beyond a Chernoff bound moved to the infinity mass) with the bound's
+    log-MGFs computed once per base (:func:`_log_mgfs`). Only a few results are kept: a
+    composed PLD of small noise can hold tens of MB.
     """
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from scipy import fft
+
     base = _symmetric_pld(z, q, discretization)
-    return base if k == 1 else base.self_compose(k)
+    if k == 1:
+        return base
+    pmf = base._pmf_remove  # the symmetric PLD has one PMF
+    probs = np.asarray(pmf._probs)
+    lower, upper = _truncation_bounds(z, q, discretization, k)
+    size = upper - lower + 1
+    fast = fft.next_fast_len(max(size, len(probs)))
+    powered = np.real(fft.ifft(fft.fft(probs, fast) ** k))
+    composed = np.roll(powered, -lower)[:size]  # the FFT wraps modulo its length
+    infinity = _TAIL_MASS_TRUNCATION - math.expm1(k * math.log1p(-pmf._infinity_mass))
+    return pld_lib.PrivacyLossDistribution(
+        pld_pmf.DensePLDPmf(discretization, pmf._lower_loss * k + lower, composed, infinity, True)
+    )
 
 
 def subsampled_gaussian_epsilon(
@@ -277,8 +357,15 @@ def subsampled_gaussian_epsilon(
         return 0.0
     if q == 1.0:
         return float(gaussian_epsilon(d, k / (2.0 * z * z)))
+    return _subsampled_epsilon(z, q, k, d, check_positive(discretization, "discretization"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _subsampled_epsilon(z: float, q: float, k: int, delta: float, discretization: float) -> float:
+    """:func:`subsampled_gaussian_epsilon` for ``q < 1``, remembered: every chain of a run
+    (and every step built with the same settings) reports ε at the same iteration counts."""
     pld = subsampled_gaussian_pld(z, q, k, discretization=discretization)
-    return max(0.0, float(pld.get_epsilon_for_delta(d)))
+    return max(0.0, float(pld.get_epsilon_for_delta(delta)))
 
 
 def subsampled_gaussian_delta(
