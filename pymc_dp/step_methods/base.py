@@ -257,7 +257,13 @@ class DPStep(BlockedStep):
                 "has not done so yet, so its cost per iteration is not known. Call "
                 "step.prepare(chains=...) (pymc_dp.sample and step.sampling_kwargs do)."
             )
-        return compose(*self._events())
+        # composed once per set of events: every iteration asks for it (its stats, its spend)
+        events = tuple(self._events())
+        cached = self.__dict__.get("_cost_cache")
+        if cached is None or cached[0] != events:
+            cached = (events, compose(*events))
+            self.__dict__["_cost_cache"] = cached
+        return cached[1]
 
     @property
     def uniform_cost(self) -> bool:
