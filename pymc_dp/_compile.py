@@ -10,24 +10,33 @@ per row. (The two differ beyond rounding only where ``1/c`` overflows, ``|c| < 1
 gradient that becomes infinite there is zeroed by the clipping, like any non-finite one.) It
 runs after the algebraic canonicalisation, which would turn it back into a division, and
 before elementwise fusion.
+
+Compiled functions are also remembered (:func:`cached_compile`): a step built on a model with
+the same graph as an earlier one (a re-run cell, the same model at several budgets, a test
+suite) gets the earlier functions instead of compiling them again, about 1 s per build.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
+import numpy as np
 import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
 from pytensor.compile.mode import get_default_mode
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant, equal_computations
 from pytensor.graph.rewriting.basic import MergeOptimizer, in2out, node_rewriter
-from pytensor.graph.traversal import ancestors
+from pytensor.graph.traversal import ancestors, io_toposort
 from pytensor.tensor.elemwise import Elemwise
 
 from pymc_dp._batching import unbatching_rewriters
 
-__all__ = ["compile_function"]
+__all__ = ["cached_compile", "compile_function"]
 
 
 def _divide_by_reciprocal_node(fgraph, node):
@@ -87,12 +96,83 @@ def compile_function(
     validation (measurable at 10⁵ rows split into chunks) is skipped. A failed parameter check
     makes the log-density −∞ (``check_bounds=True``, PyMC's default) instead of raising.
     """
-    fn = pytensor.function(inputs, outputs, mode=_mode(bool(check_bounds)))
-    fn.trust_input = True
-    # Constant folding may have run a Blockwise of the original graph, which keeps a closure on
-    # its node's tag; the function pickles that graph too (pm.sample's worker processes), and a
-    # closure does not pickle. The folded result is already in the compiled graph.
-    _drop_gufunc_closures(fn.maker.fgraph)
+    mode = _mode(bool(check_bounds))
+
+    def build() -> pytensor.compile.function.types.Function:
+        fn = pytensor.function(inputs, outputs, mode=mode)
+        fn.trust_input = True
+        # Constant folding may have run a Blockwise of the original graph, which keeps a
+        # closure on its node's tag; the function pickles that graph too (pm.sample's worker
+        # processes), and a closure does not pickle. The folded result is already compiled.
+        _drop_gufunc_closures(fn.maker.fgraph)
+        return fn
+
+    return cached_compile(inputs, outputs, build, key=("oracle", bool(check_bounds)))
+
+
+#: How many graph shapes :func:`cached_compile` keeps (least recently used go first), and
+#: how many functions of one shape (graphs that differ in their constants only).
+_CACHE_SIZE = 64
+_CACHE_SIZE_PER_SHAPE = 8
+#: Graphs holding more constant or shared elements than this are compiled afresh: the cache
+#: would keep them (the data, in PyMC's own graphs) alive.
+_CACHE_MAX_CONSTANT_SIZE = 100_000
+
+
+def _held_size(nodes: list[Any]) -> int:
+    """Elements of the constants and shared variables the nodes read."""
+    leaves = {v for node in nodes for v in node.inputs if v.owner is None}
+    size = 0
+    for leaf in leaves:
+        if isinstance(leaf, Constant):
+            size += int(np.size(leaf.data))
+        elif isinstance(leaf, SharedVariable):
+            size += int(np.size(leaf.get_value(borrow=True)))
+    return size
+
+
+_cache: OrderedDict[tuple, list[tuple[list[Any], list[Any], Any]]] = OrderedDict()
+
+
+def cached_compile(
+    inputs: Sequence[Any], outputs: Any, build: Callable[[], Any], *, key: tuple
+) -> Any:
+    """``build()``, or the function it returned for an earlier graph that computes the same.
+
+    Two graphs are the same computation when PyTensor's ``equal_computations`` says so with
+    the inputs paired in order: the same operations on the same inputs, constants equal in
+    value and type, and any other leaf (a shared variable) the very same object. Their
+    compiled functions then return the same outputs for the same arguments, so the first one
+    serves both. ``key`` names what ``build`` adds to the graph (its mode). Graphs whose
+    operations cannot be hashed, or with large constants, are not remembered.
+    """
+    outs = list(outputs) if isinstance(outputs, list | tuple) else [outputs]
+    ins = list(inputs)
+    nodes = io_toposort(ins, outs)
+    if _held_size(nodes) > _CACHE_MAX_CONSTANT_SIZE:
+        return build()
+    signature = (
+        key,
+        isinstance(outputs, list | tuple),
+        tuple(v.type for v in ins),
+        tuple(v.type for v in outs),
+        tuple(node.op for node in nodes),
+    )
+    try:
+        candidates = _cache.get(signature)
+    except TypeError:  # an operation without hashable properties
+        return build()
+    for cached_ins, cached_outs, fn in candidates or ():
+        if equal_computations(outs, cached_outs, ins, cached_ins):
+            _cache.move_to_end(signature)
+            return fn
+    fn = build()
+    entries = _cache.setdefault(signature, [])
+    entries.append((ins, outs, fn))
+    del entries[:-_CACHE_SIZE_PER_SHAPE]  # the same shape, other constants: the latest few
+    _cache.move_to_end(signature)
+    while len(_cache) > _CACHE_SIZE:
+        _cache.popitem(last=False)
     return fn
 
 

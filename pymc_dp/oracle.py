@@ -59,6 +59,7 @@ from pytensor.tensor.type import integer_dtypes
 from pymc_dp import releases
 from pymc_dp._batching import unbatch_blockwise
 from pymc_dp._compat import inline_ofg_node, leading_axis_indices
+from pymc_dp._compile import cached_compile
 from pymc_dp._gathers import lift_gathers, row_gathers
 from pymc_dp._leaks import (
     check_deterministics,
@@ -714,8 +715,13 @@ class RowLikelihood:
         pregrad = rewrite_graph(copy, include=("canonicalize", "stabilize"))
         grads = pm.pytensorf.gradient(pregrad, self.value_vars)
         outputs = [pt.add(*self._lik_terms), total, grads]
-        reference = pm.pytensorf.compile(
-            model.value_vars, outputs, on_unused_input="ignore", mode=_REFERENCE_MODE
+        reference = cached_compile(
+            model.value_vars,
+            outputs,
+            lambda: pm.pytensorf.compile(
+                model.value_vars, outputs, on_unused_input="ignore", mode=_REFERENCE_MODE
+            ),
+            key=("reference",),
         )
         expected, logp, dlogp = self._private_call(
             reference, *[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]

@@ -1,0 +1,63 @@
+"""Compiled functions are shared between graphs that compute the same, and only between those."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy import stats
+
+from pymc_dp.oracle import RowLikelihood
+
+
+def _model(y: np.ndarray, obs_sigma: float = 1.5, prior_sd: float = 10.0) -> pm.Model:
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, prior_sd)
+        pm.Normal("y", mu, obs_sigma, observed=y)
+    return model
+
+
+def _functions(oracle: RowLikelihood) -> tuple:
+    return oracle._f_loglik, oracle._f_grad, oracle.space._f_public
+
+
+Y = np.random.default_rng(0).normal(1.0, 1.0, 50)
+THETA = np.array([0.7])
+
+
+def test_the_same_model_built_again_reuses_every_compiled_function():
+    first, second = RowLikelihood(_model(Y)), RowLikelihood(_model(Y))
+    assert all(a is b for a, b in zip(_functions(first), _functions(second), strict=True))
+    np.testing.assert_allclose(second.loglik_rows(THETA), stats.norm(0.7, 1.5).logpdf(Y))
+
+
+def test_other_data_reuses_the_functions_and_reads_its_own_rows():
+    # the rows are inputs of the per-row functions, not part of their graphs
+    other = Y[::-1] + 3.0
+    first, second = RowLikelihood(_model(Y)), RowLikelihood(_model(other))
+    assert first._f_loglik is second._f_loglik
+    np.testing.assert_allclose(second.loglik_rows(THETA), stats.norm(0.7, 1.5).logpdf(other))
+    np.testing.assert_allclose(first.loglik_rows(THETA), stats.norm(0.7, 1.5).logpdf(Y))
+
+
+@pytest.mark.parametrize(
+    ("changed", "check"),
+    [
+        # (1.5 against 2.0: a σ of 1 would give PyMC's graph another shape, not only a value)
+        ({"obs_sigma": 2.0}, "likelihood"),  # a constant of the likelihood
+        ({"prior_sd": 3.0}, "prior"),  # a constant of the prior
+    ],
+)
+def test_a_different_constant_compiles_afresh(changed, check):
+    # the negative control: a cache keyed on the graph's shape alone would hand the second
+    # model the first one's functions, and its values would be the first model's
+    first, second = RowLikelihood(_model(Y)), RowLikelihood(_model(Y, **changed))
+    if check == "likelihood":
+        assert first._f_loglik is not second._f_loglik
+        expected = stats.norm(0.7, changed["obs_sigma"]).logpdf(Y)
+        np.testing.assert_allclose(second.loglik_rows(THETA), expected)
+    else:
+        assert first.space._f_public is not second.space._f_public
+        expected = stats.norm(0.0, changed["prior_sd"]).logpdf(0.7)
+        assert second.space.logprior(THETA) == pytest.approx(expected)
+        assert first.space.logprior(THETA) == pytest.approx(stats.norm(0.0, 10.0).logpdf(0.7))
