@@ -18,6 +18,7 @@ suite) gets the earlier functions instead of compiling them again, about 1 s per
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -119,9 +120,8 @@ _CACHE_SIZE_PER_SHAPE = 8
 _CACHE_MAX_CONSTANT_SIZE = 100_000
 
 
-def _held_size(nodes: list[Any]) -> int:
-    """Elements of the constants and shared variables the nodes read."""
-    leaves = {v for node in nodes for v in node.inputs if v.owner is None}
+def _held_size(leaves: set[Any]) -> int:
+    """Elements of the constants and shared variables among a graph's leaves."""
     size = 0
     for leaf in leaves:
         if isinstance(leaf, Constant):
@@ -141,28 +141,46 @@ def cached_compile(
 
     Two graphs are the same computation when PyTensor's ``equal_computations`` says so with
     the inputs paired in order: the same operations on the same inputs, constants equal in
-    value and type, and any other leaf (a shared variable) the very same object. Their
+    value, type and bytes, and any other leaf (a shared variable) the very same object. Their
     compiled functions then return the same outputs for the same arguments, so the first one
-    serves both. ``key`` names what ``build`` adds to the graph (its mode). Graphs whose
-    operations cannot be hashed, or with large constants, are not remembered.
+    serves both, within one thread (a function has one set of input slots). ``key`` names what
+    ``build`` adds to the graph (its mode). Graphs whose operations cannot be hashed, with
+    large constants, or reading a variable that is not among ``inputs``, are not remembered.
     """
     outs = list(outputs) if isinstance(outputs, list | tuple) else [outputs]
     ins = list(inputs)
     nodes = io_toposort(ins, outs)
-    if _held_size(nodes) > _CACHE_MAX_CONSTANT_SIZE:
-        return build()
+    leaves = {v for node in nodes for v in node.inputs if v.owner is None} | {
+        v for v in outs if v.owner is None
+    }
+    if _held_size(leaves) > _CACHE_MAX_CONSTANT_SIZE or not all(
+        v in ins or isinstance(v, Constant | SharedVariable) for v in leaves
+    ):
+        return build()  # large constants; or an input not listed, which build() reports
     signature = (
         key,
+        threading.get_ident(),  # a Function has one set of input slots: never two threads
         isinstance(outputs, list | tuple),
         tuple(v.type for v in ins),
         tuple(v.type for v in outs),
         tuple(node.op for node in nodes),
+        # constants by their bytes: equal_computations compares values, and 0.0 == -0.0
+        tuple(
+            (i, v.data.dtype.str, v.data.shape, v.data.tobytes())
+            for node in nodes
+            for i, v in enumerate(node.inputs)
+            if isinstance(v, Constant) and isinstance(v.data, np.ndarray)
+        ),
     )
     try:
         candidates = _cache.get(signature)
     except TypeError:  # an operation without hashable properties
         return build()
     for cached_ins, cached_outs, fn in candidates or ():
+        # equal_computations pairs the listed inputs but takes any other leaf as equal to
+        # itself: the same variables listed in another order must not match
+        if ins != cached_ins and not set(ins).isdisjoint(cached_ins):
+            continue
         if equal_computations(outs, cached_outs, ins, cached_ins):
             _cache.move_to_end(signature)
             return fn

@@ -110,6 +110,14 @@ class ClippedSum(NamedTuple):
 _REFERENCE_MODE = Mode(linker="cvm", optimizer="fast_compile")
 
 
+def _active_check_bounds() -> bool:
+    """The ``check_bounds`` that ``pm.pytensorf.compile`` takes from the model in context."""
+    try:
+        return bool(pm.modelcontext(None).check_bounds)
+    except TypeError:  # no model in context: PyMC's default
+        return True
+
+
 def clip_ratio_graph(ratio: Variable, bound: Variable) -> Variable:
     """:func:`pymc_dp.releases.clip_ratio` as a PyTensor graph: NaN counts as ``−B``, then
     ``clip(r, −B, B)`` (theory §2). A test checks that the two agree."""
@@ -721,7 +729,7 @@ class RowLikelihood:
             lambda: pm.pytensorf.compile(
                 model.value_vars, outputs, on_unused_input="ignore", mode=_REFERENCE_MODE
             ),
-            key=("reference",),
+            key=("reference", _active_check_bounds()),
         )
         expected, logp, dlogp = self._private_call(
             reference, *[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]

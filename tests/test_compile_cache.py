@@ -61,3 +61,28 @@ def test_a_different_constant_compiles_afresh(changed, check):
         expected = stats.norm(0.0, changed["prior_sd"]).logpdf(0.7)
         assert second.space.logprior(THETA) == pytest.approx(expected)
         assert first.space.logprior(THETA) == pytest.approx(stats.norm(0.0, 10.0).logpdf(0.7))
+
+
+def test_inputs_listed_in_another_order_compile_afresh():
+    # equal_computations takes an unpaired leaf as equal to itself: [a, b] and [b, a] of the
+    # same graph must not share a function (it would read b as a)
+    import pytensor.tensor as pt
+
+    from pymc_dp._compile import compile_function
+
+    a, b = pt.dscalar("a"), pt.dscalar("b")
+    first, second = compile_function([a, b], a - 10 * b), compile_function([b, a], a - 10 * b)
+    assert first is not second
+    two, one = np.array(2.0), np.array(1.0)  # compiled to trust their inputs: arrays
+    assert float(first(two, one)) == -8.0 and float(second(one, two)) == -8.0
+
+
+def test_another_thread_gets_its_own_function():
+    # a compiled function has one set of input slots: two threads must never share one
+    import threading
+
+    got = []
+    thread = threading.Thread(target=lambda: got.append(RowLikelihood(_model(Y))._f_loglik))
+    thread.start()
+    thread.join()
+    assert got and got[0] is not RowLikelihood(_model(Y))._f_loglik

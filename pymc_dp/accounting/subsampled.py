@@ -30,8 +30,10 @@ dominating pair is
 * for ``ℓ < 0``: the mirror image ``ω(-ℓ) = e^{-ℓ} ω(ℓ)`` (the pair is symmetric);
 * an atom at ``ℓ = 0`` holding the remaining mass (the linear piece of the convex hull).
 
-We build this PMF once per ``(z, q)`` from dp_accounting's remove-direction PMF and let
-dp_accounting compose it (``self_compose``, FFT) and convert it to (ε, δ). Its (ε, δ)
+We build this PMF once per ``(z, q)`` from dp_accounting's remove-direction PMF, compose it
+with dp_accounting's algorithm (``self_compose``: FFT, Chernoff tail truncation; done here so
+that the truncation bound is computed once per PMF) and let dp_accounting convert it to (ε, δ).
+Its (ε, δ)
 profile is ``max(δ_remove(ε), δ_add(ε))`` for every ε, so for one iteration it coincides with
 dp_accounting's ``PoissonSampledDpEvent`` under ``ADD_OR_REMOVE_ONE``; for ``k > 1`` it is
 larger, because dp_accounting's add/remove accountant assumes one fixed direction for the
@@ -181,7 +183,12 @@ def _symmetric_pld_and_mean(
     # the add direction for ε ≥ 0 for the subsampled Gaussian. Check it rather than assume it:
     # the result must be at least the add direction's exact δ(ε) at every ε ≥ 0 (its remove
     # direction is dp_accounting's pessimistic PMF, at least the exact remove δ(ε)).
-    grid = np.linspace(0.0, max(top * discretization, discretization), 65)
+    # (the add direction's loss is at most −log(1 − q): its δ(ε) is 0 beyond, so look there)
+    grid = np.linspace(
+        0.0,
+        min(max(top * discretization, discretization), -math.log1p(-q) if q < 1 else math.inf),
+        65,
+    )
     # ours at ε ≥ 0: only the positive losses count (δ(ε) = ω(∞) + Σ_{ℓ>ε} ω(ℓ)(1 − e^{ε−ℓ}))
     losses = pos_idx * discretization
     ours = np.array(
