@@ -28,6 +28,7 @@ import pymc as pm
 import pytensor
 
 from pymc_dp import RowLikelihood
+from pymc_dp.errors import BackendNotSupportedError
 from pymc_dp.experiments.zoo import ZOO
 from pymc_dp.testing import Banana
 
@@ -156,6 +157,12 @@ def ms_per_call(fns: list, rounds: int = 40, seconds_per_round: float = 0.01) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100_000, help="rows (default 100 000)")
+    parser.add_argument(
+        "--jax",
+        action="store_true",
+        help="also time the clipped gradient sum compiled with JAX (compile_kwargs={'mode': "
+        "'JAX'}) and print its speed-up over the default backend",
+    )
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     print(
@@ -164,8 +171,11 @@ def main() -> None:
     )
     header = (
         f"{'model':30s} {'pymc logp+dlogp':>16s} {'pymc dlogp':>11s} "
-        f"{'loglik rows':>12s} {'clipped grad':>13s} {'ratio':>6s}  method"
+        f"{'loglik rows':>12s} {'clipped grad':>13s} {'ratio':>6s}"
+        + (f" {'jax clipped':>12s} {'jax speed-up':>13s}" if args.jax else "")
+        + "  method"
     )
+    speedups = {}
     print(header)
     worst = {}  # target → worst ratio among the models with that target
     for name, (build, target) in MODELS.items():
@@ -177,25 +187,43 @@ def main() -> None:
         joint.set_extra_values({})
         dlogp = model.compile_dlogp()
         bound = float(np.median(np.linalg.norm(oracle.grad_rows(theta, slice(0, 1000)), axis=1)))
-        t_joint, t_dlogp, t_rows, t_clip = ms_per_call(
-            [
-                lambda: joint(theta),  # noqa: B023
-                lambda: dlogp(point),  # noqa: B023
-                lambda: oracle.loglik_rows(theta),  # noqa: B023
-                lambda: oracle.clipped_grad_sum(theta, bound),  # noqa: B023
-            ]
-        )
+        calls = [
+            lambda: joint(theta),  # noqa: B023
+            lambda: dlogp(point),  # noqa: B023
+            lambda: oracle.loglik_rows(theta),  # noqa: B023
+            lambda: oracle.clipped_grad_sum(theta, bound),  # noqa: B023
+        ]
+        jax_column = ""
+        if args.jax:
+            try:
+                on_jax = RowLikelihood(model, backend="JAX")
+            except BackendNotSupportedError as err:
+                jax_column = f" {'-':>12s} {'-':>13s}"
+                print(f"  ({name}: {err})")
+            else:
+                calls.append(lambda: on_jax.clipped_grad_sum(theta, bound))  # noqa: B023
+        t_joint, t_dlogp, t_rows, t_clip, *t_jax = ms_per_call(calls)
+        if t_jax:
+            speedups[name] = t_clip / t_jax[0]
+            jax_column = f" {t_jax[0]:12.2f} {speedups[name]:12.2f}x"
         ratio = t_clip / t_joint
         if target is not None:
             worst[target] = max(worst.get(target, 0.0), ratio)
         note = "  (no target)" if target is None else f"  (target {target:g})"
         print(
             f"{name:30s} {t_joint:16.2f} {t_dlogp:11.2f} {t_rows:12.2f} {t_clip:13.2f} "
-            f"{ratio:6.2f}  {oracle.gradient_method}{note}",
+            f"{ratio:6.2f}{jax_column}  {oracle.gradient_method}{note}",
             flush=True,
         )
     print(f"ratio {worst.get(1.5, 0.0):.2f} (target 1.5)")
     print(f"ratio, added likelihoods {worst.get(3.0, 0.0):.2f} (target 3)")
+    if speedups:
+        import jax
+
+        print(
+            f"JAX speed-up of the clipped gradient sum on {jax.devices()[0]}: "
+            f"{min(speedups.values()):.2f}x to {max(speedups.values()):.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ size).
 
 The last lines: ``peak memory at n = <n>: <x> GB (target 4)`` and ``per-row cost, largest n /
 smallest n: <r> (linear: 1)``. Run: ``python benchmarks/scale.py`` (``--sizes 100000 1000000``
-for a quicker look).
+for a quicker look; ``--modes default JAX`` compares the default backend with JAX, each in its
+own processes, and prints JAX's speed-up per n).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ SCRIPT = textwrap.dedent(
     import pymc_dp
 
     n, d, L, iterations = int(sys.argv[1]), 10, int(sys.argv[2]), int(sys.argv[3])
+    mode = None if sys.argv[4] == "default" else sys.argv[4]
     rng = np.random.default_rng(0)
     X = rng.normal(size=(n, d))
     beta_true = rng.normal(size=d) * 0.3
@@ -52,6 +54,7 @@ SCRIPT = textwrap.dedent(
             budget=pymc_dp.PrivacyBudget(epsilon=1e6, delta=1e-6),
             step_size=0.5 / np.sqrt(n), n_steps=L, grad_clip=5.0, llr_clip=2.0,
             grad_noise_multiplier=10.0, llr_noise_multiplier=10.0, step_jitter=False,
+            compile_kwargs={"mode": mode},
         )
     build = time.perf_counter() - start
     step.tune = False
@@ -69,9 +72,9 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def measure(n: int, iterations: int) -> dict[str, float]:
+def measure(n: int, iterations: int, mode: str) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(n), str(L), str(iterations)],
+        [sys.executable, "-c", SCRIPT, str(n), str(L), str(iterations), mode],
         capture_output=True,
         text=True,
         check=True,
@@ -83,25 +86,53 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--iterations", type=int, default=5, help="timed iterations per size")
-    args = parser.parse_args()
-    print(f"logistic regression, d = 10, DPHMC with L = {L} (L + 1 data passes per iteration)")
-    print(
-        f"{'n':>10s} {'build s':>8s} {'ms / iter':>10s} {'ns/row/pass':>12s} {'peak GB':>8s} "
-        f"{'data GB':>8s}"
+    parser.add_argument(
+        "--modes",
+        nargs="*",
+        default=["default"],
+        choices=["default", "JAX"],
+        help="backends of the per-row functions (compile_kwargs={'mode': ...}); default: default",
     )
-    rows = []
-    for n in args.sizes:
-        r = measure(n, args.iterations)
-        per_row = 1e9 * r["iteration"] / (n * (L + 1))
-        rows.append((n, per_row, r["peak_gb"]))
+    args = parser.parse_args()
+    devices = "-"
+    if "JAX" in args.modes:
+        import jax
+
+        devices = ", ".join(str(d) for d in jax.devices())
+    print(f"logistic regression, d = 10, DPHMC with L = {L} (L + 1 data passes per iteration)")
+    print(f"JAX devices: {devices}")
+    print(
+        f"{'mode':>8s} {'n':>10s} {'build s':>8s} {'ms / iter':>10s} {'ns/row/pass':>12s} "
+        f"{'peak GB':>8s} {'data GB':>8s}"
+    )
+    results: dict[str, list] = {}
+    for mode in args.modes:
+        rows = results.setdefault(mode, [])
+        for n in args.sizes:
+            r = measure(n, args.iterations, mode)
+            per_row = 1e9 * r["iteration"] / (n * (L + 1))
+            rows.append((n, per_row, r["peak_gb"], r["iteration"]))
+            print(
+                f"{mode:>8s} {n:>10d} {r['build']:8.1f} {1e3 * r['iteration']:10.1f} "
+                f"{per_row:12.2f} {r['peak_gb']:8.2f} {r['data_gb']:8.2f}",
+                flush=True,
+            )
+    for mode, rows in results.items():
+        n_max, per_row_max, peak, _ = rows[-1]
+        print(f"{mode}: peak memory at n = {n_max}: {peak:.2f} GB (target {PEAK_TARGET_GB:g})")
         print(
-            f"{n:>10d} {r['build']:8.1f} {1e3 * r['iteration']:10.1f} {per_row:12.2f} "
-            f"{r['peak_gb']:8.2f} {r['data_gb']:8.2f}",
-            flush=True,
+            f"{mode}: per-row cost, largest n / smallest n: {per_row_max / rows[0][1]:.2f} "
+            "(linear: 1)"
         )
-    n_max, per_row_max, peak = rows[-1]
-    print(f"peak memory at n = {n_max}: {peak:.2f} GB (target {PEAK_TARGET_GB:g})")
-    print(f"per-row cost, largest n / smallest n: {per_row_max / rows[0][1]:.2f} (linear: 1)")
+    if len(results) > 1 and "default" in results:
+        for mode, rows in results.items():
+            if mode == "default":
+                continue
+            speedups = [d[3] / r[3] for d, r in zip(results["default"], rows, strict=True)]
+            print(
+                f"{mode} speed-up over default, per iteration: "
+                + ", ".join(f"n = {r[0]}: {x:.2f}x" for r, x in zip(rows, speedups, strict=True))
+            )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.tensor.basic import Split
 from pytensor.tensor.blockwise import Blockwise
+from pytensor.tensor.variable import TensorConstant
 
 from pymc_dp._compat import GATHER_OPS, SOFTMAX_GRAD_OPS, indexes_leading_axes
 
@@ -33,7 +34,13 @@ def _squeeze_batch(var: pt.TensorVariable, batch_ndim: int) -> pt.TensorVariable
     """Drop ``batch_ndim`` leading broadcastable dimensions, or None if one is not."""
     if not all(var.type.broadcastable[:batch_ndim]):
         return None
-    return var.squeeze(axis=tuple(range(batch_ndim))) if batch_ndim else var
+    if not batch_ndim:
+        return var
+    axes = tuple(range(batch_ndim))
+    if isinstance(var, TensorConstant):  # folded here: constant folding has already run, and
+        # a backend that needs concrete sizes (JAX's Split) cannot read them through a Squeeze
+        return pt.constant(np.squeeze(var.data, axis=axes), dtype=var.type.dtype)
+    return var.squeeze(axis=axes)
 
 
 def _advanced_subtensor_node(fgraph, node):

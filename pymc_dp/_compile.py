@@ -14,10 +14,21 @@ before elementwise fusion.
 Compiled functions are also remembered (:func:`cached_compile`): a step built on a model with
 the same graph as an earlier one (a re-run cell, the same model at several budgets, a test
 suite) gets the earlier functions instead of compiling them again, about 1 s per build.
+
+The backend is PyTensor's default linker (C on PyTensor 2, Numba on PyTensor 3) or, on request,
+JAX (``compile_kwargs={"mode": "JAX"}`` on a step): XLA fuses a pass over the rows into a few
+kernels and runs it on a GPU when JAX has one. JAX traces a function for fixed input shapes, and
+a per-row graph computes some sizes from the number of rows (an ``Alloc`` of the batch, a
+``Split``'s sizes), which JAX cannot read from a traced value. :class:`StaticShapeFunction`
+therefore compiles the graph once per set of input shapes, with those shapes written into the
+graph, so that every size is a constant: one function per chunk length (the full chunk, the
+last one, a minibatch).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -28,16 +39,70 @@ import numpy as np
 import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
-from pytensor.compile.mode import get_default_mode
+from pytensor.compile.mode import get_default_mode, get_mode
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, equal_computations
+from pytensor.graph.replace import clone_replace
 from pytensor.graph.rewriting.basic import MergeOptimizer, in2out, node_rewriter
 from pytensor.graph.traversal import ancestors, io_toposort
 from pytensor.tensor.elemwise import Elemwise
 
 from pymc_dp._batching import unbatching_rewriters
+from pymc_dp.errors import BackendNotSupportedError, InvalidParameterError
 
-__all__ = ["cached_compile", "compile_function"]
+__all__ = [
+    "BACKENDS",
+    "StaticShapeFunction",
+    "backend_from_compile_kwargs",
+    "cached_compile",
+    "check_backend",
+    "compile_function",
+]
+
+#: The backends the oracle's per-row functions compile for: PyTensor's default mode (``None``)
+#: and JAX (``"JAX"``, PyTensor's JAX linker).
+BACKENDS = (None, "JAX")
+
+
+def check_backend(backend: Any) -> str | None:
+    """``None`` or ``"JAX"`` (any case); refuses anything else, and JAX when it is missing."""
+    if backend is None or (isinstance(backend, str) and backend.upper() == "FAST_RUN"):
+        return None
+    if not (isinstance(backend, str) and backend.upper() == "JAX"):
+        raise InvalidParameterError(
+            f"The oracle's functions compile with PyTensor's default mode or with JAX; got "
+            f"mode {backend!r}. Use compile_kwargs={{'mode': 'JAX'}}, or leave compile_kwargs "
+            "unset for the default."
+        )
+    if importlib.util.find_spec("jax") is None:
+        raise InvalidParameterError(
+            "compile_kwargs={'mode': 'JAX'} needs the jax package, which is not installed. "
+            "Install it (pip install 'pymc-dp[jax]', or pip install jax) or leave "
+            "compile_kwargs unset."
+        )
+    return "JAX"
+
+
+def backend_from_compile_kwargs(compile_kwargs: Any) -> str | None:
+    """The backend a step's ``compile_kwargs`` asks for (``{"mode": ...}``, as in PyMC's steps).
+
+    Only ``mode`` is read: the per-row functions are compiled by the oracle with its own
+    rewrites and input handling, so other ``pytensor.function`` options do not apply.
+    """
+    if compile_kwargs is None:
+        return None
+    if not isinstance(compile_kwargs, dict):
+        raise InvalidParameterError(
+            f"compile_kwargs must be a dict such as {{'mode': 'JAX'}}, got "
+            f"{type(compile_kwargs).__name__}."
+        )
+    unknown = sorted(set(compile_kwargs) - {"mode"})
+    if unknown:
+        raise InvalidParameterError(
+            f"compile_kwargs takes only 'mode' (None or 'JAX') for a DP step; got {unknown}. "
+            "The oracle compiles its functions with its own rewrites."
+        )
+    return check_backend(compile_kwargs.get("mode"))
 
 
 def _divide_by_reciprocal_node(fgraph, node):
@@ -69,9 +134,9 @@ _divide_by_reciprocal = node_rewriter([Elemwise])(_divide_by_reciprocal_node)
 # 9 such inputs to 4, and 0.55 → 0.44 ms per 10⁵ rows).
 # Built on first use, not at import: importing pymc_dp does no PyTensor work.
 @cache
-def _mode(check_bounds: bool) -> Any:
+def _mode(check_bounds: bool, backend: str | None = None) -> Any:
     gathers, splits, softmax_grads = unbatching_rewriters()
-    base = get_default_mode().register(
+    base = (get_default_mode() if backend is None else get_mode(backend)).register(
         (gathers, 3.5),  # once constants are folded (see below)
         (splits, 3.51),
         (softmax_grads, 3.52),
@@ -89,15 +154,25 @@ _CHECKS_REMOVED = "local_remove_check_parameter"
 
 
 def compile_function(
-    inputs: list[Any], outputs: Any, *, check_bounds: bool = True
-) -> pytensor.compile.function.types.Function:
+    inputs: list[Any], outputs: Any, *, check_bounds: bool = True, backend: str | None = None
+) -> Any:
     """Compile with the oracle's mode, and with input checks off.
 
     Every caller passes arrays of the placeholders' dtypes and shapes, so the per-call input
     validation (measurable at 10⁵ rows split into chunks) is skipped. A failed parameter check
-    makes the log-density −∞ (``check_bounds=True``, PyMC's default) instead of raising.
+    makes the log-density −∞ (``check_bounds=True``, PyMC's default) instead of raising. With
+    ``backend="JAX"`` the result is a :class:`StaticShapeFunction`, compiled on first call for
+    each set of input shapes; it returns NumPy arrays, like PyTensor's own functions.
     """
-    mode = _mode(bool(check_bounds))
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend is not None:
+        return StaticShapeFunction(inputs, outputs, check_bounds=check_bounds, backend=backend)
+    return _compile_now(list(inputs), outputs, bool(check_bounds), None)
+
+
+def _compile_now(inputs: list[Any], outputs: Any, check_bounds: bool, backend: str | None) -> Any:
+    mode = _mode(check_bounds, backend)
 
     def build() -> pytensor.compile.function.types.Function:
         fn = pytensor.function(inputs, outputs, mode=mode)
@@ -108,7 +183,81 @@ def compile_function(
         _drop_gufunc_closures(fn.maker.fgraph)
         return fn
 
-    return cached_compile(inputs, outputs, build, key=("oracle", bool(check_bounds)))
+    return cached_compile(inputs, outputs, build, key=("oracle", check_bounds, backend))
+
+
+#: The process in which a JAX function of the oracle first ran (JAX's runtime starts threads
+#: there; a process forked from it inherits the runtime's state but not its threads).
+_jax_process: int | None = None
+
+
+def _check_not_forked(backend: str) -> None:
+    global _jax_process
+    pid = os.getpid()
+    if _jax_process is None:
+        _jax_process = pid
+    elif _jax_process != pid:
+        raise InvalidParameterError(
+            f"The step's per-row functions use {backend}, which was started in process "
+            f"{_jax_process}; this process is a fork of it (pm.sample's worker processes start "
+            "by fork on Linux), where JAX hangs. Sample with pymc_dp.sample (it starts the "
+            "workers with mp_ctx='forkserver' for a JAX step), or pass mp_ctx='forkserver' to "
+            "pm.sample, or cores=1."
+        )
+
+
+class StaticShapeFunction:
+    """A graph compiled once per set of input shapes, with the shapes fixed in the graph.
+
+    Calling it with arrays of shapes ``s₁, …, s_k`` runs the function compiled for the graph
+    whose inputs have those static shapes (compiled on the first such call, through
+    :func:`cached_compile`). Outputs come back as NumPy arrays. A pickled copy (``pm.sample``'s
+    worker processes) carries the graph and compiles again on first use.
+    """
+
+    def __init__(
+        self, inputs: Sequence[Any], outputs: Any, *, check_bounds: bool, backend: str
+    ) -> None:
+        self.inputs = list(inputs)
+        self.outputs = outputs
+        self.check_bounds = bool(check_bounds)
+        self.backend = backend
+        self._functions: dict[tuple, Any] = {}
+
+    def function_for(self, shapes: tuple[tuple[int, ...], ...]) -> Any:
+        """The compiled function for inputs of these shapes."""
+        fn = self._functions.get(shapes)
+        if fn is None:
+            fixed = [
+                v.type.clone(shape=shape)(name=v.name)
+                for v, shape in zip(self.inputs, shapes, strict=True)
+            ]
+            many = isinstance(self.outputs, list | tuple)
+            outs = clone_replace(
+                list(self.outputs) if many else [self.outputs],
+                dict(zip(self.inputs, fixed, strict=True)),
+            )
+            try:
+                fn = _compile_now(fixed, outs if many else outs[0], self.check_bounds, self.backend)
+            except NotImplementedError as err:  # an operation the backend lacks (compile
+                # time: the message names operations, never data, which are inputs)
+                reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+                raise BackendNotSupportedError(
+                    f"PyTensor's {self.backend} backend cannot compile this model's likelihood: "
+                    f"{reason}. Leave compile_kwargs unset (PyTensor's default backend)."
+                ) from None
+            self._functions[shapes] = fn
+        return fn
+
+    def __call__(self, *args: Any) -> Any:
+        _check_not_forked(self.backend)
+        out = self.function_for(tuple(np.shape(a) for a in args))(*args)
+        if isinstance(out, list):
+            return [np.asarray(o) for o in out]
+        return np.asarray(out)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_functions": {}}
 
 
 #: How many graph shapes :func:`cached_compile` keeps (least recently used go first), and
@@ -202,7 +351,7 @@ def _drop_gufunc_closures(fgraph: Any) -> None:
     """
     roots = list(fgraph.outputs)
     for feature in getattr(fgraph, "_features", []):
-        shape_of = getattr(feature, "shape_of", None)
+        shape_of = vars(feature).get("shape_of")  # PyTensor 3: a deprecated property
         if not isinstance(shape_of, dict):  # PyTensor 3 keeps no such graph here
             continue
         for var, shape in shape_of.items():

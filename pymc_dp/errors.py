@@ -8,6 +8,7 @@ say what to change.
 from __future__ import annotations
 
 __all__ = [
+    "BackendNotSupportedError",
     "BarkerVarianceError",
     "BudgetExceededError",
     "CoupledRowsError",
@@ -36,6 +37,10 @@ class InvalidParameterError(PyMCDPError, ValueError):
 
 class ModelNotSupportedError(PyMCDPError, ValueError):
     """The PyMC model cannot be sampled privately as written (see the message for the fix)."""
+
+
+class BackendNotSupportedError(ModelNotSupportedError):
+    """The backend asked for (``compile_kwargs={"mode": "JAX"}``) cannot compile the model."""
 
 
 class CoupledRowsError(ModelNotSupportedError):

@@ -172,9 +172,11 @@ class PrivateChannel:
         self.counter = ReleaseCounter()
 
     @classmethod
-    def open(cls, model: Any = None, vars: Any = None, *, row_data: Any = None) -> PrivateChannel:
+    def open(
+        cls, model: Any = None, vars: Any = None, *, row_data: Any = None, backend: Any = None
+    ) -> PrivateChannel:
         """A channel on the oracle of ``model`` (built, checked and validated once per model)."""
-        return cls(RowLikelihood.for_model(model, vars, row_data=row_data))
+        return cls(RowLikelihood.for_model(model, vars, row_data=row_data, backend=backend))
 
     @property
     def space(self) -> ParameterSpace:

@@ -59,7 +59,7 @@ from pytensor.tensor.type import integer_dtypes
 from pymc_dp import releases
 from pymc_dp._batching import unbatch_blockwise
 from pymc_dp._compat import inline_ofg_node, leading_axis_indices
-from pymc_dp._compile import cached_compile
+from pymc_dp._compile import cached_compile, check_backend, compile_function
 from pymc_dp._gathers import lift_gathers, row_gathers
 from pymc_dp._leaks import (
     check_deterministics,
@@ -69,11 +69,13 @@ from pymc_dp._leaks import (
     leaf_value,
 )
 from pymc_dp.errors import (
+    BackendNotSupportedError,
     CoupledRowsError,
     DataChangedError,
     InvalidParameterError,
     ModelNotSupportedError,
     PrivateEvaluationError,
+    PyMCDPError,
 )
 from pymc_dp.parameter_space import ParameterSpace, prior_and_observed_terms, resolve_vars
 
@@ -86,6 +88,11 @@ GradientMethod = Literal["auto", "vectorize", "jacobian"]
 # of benchmarks/oracle.py: 8k-16k rows at d = 10 is ~1.7x faster than one call on 100k rows).
 _CHUNK_BYTES = 2**20
 _MIN_CHUNK = 512
+# With JAX: 8 MiB chunks on a CPU (the logistic regression of benchmarks/scale.py at n = 10⁶:
+# 25 ns per row and pass, against 100 with 128 MiB chunks, whose intermediates leave the
+# cache), 128 MiB on an accelerator, where a launch costs more than a chunk's memory. Each
+# distinct chunk length is one more compilation (StaticShapeFunction).
+_CHUNK_BYTES_JAX = {"cpu": 2**23, "accelerator": 2**27}
 
 
 class ClippedSum(NamedTuple):
@@ -201,6 +208,10 @@ class RowLikelihood:
         Check, at a random point, that the per-row values on subsets of rows agree with PyMC's
         per-row log-likelihood on all rows (no coupling between rows) and that the unclipped
         sums agree with PyMC's ``logp``/``dlogp``. Disable only for models already validated.
+    backend : {None, "JAX"}
+        What the per-row functions compile to: PyTensor's default (``None``: C on PyTensor 2,
+        Numba on PyTensor 3) or JAX (needs the ``jax`` package; runs on a GPU when JAX has
+        one). The validation checks either against PyMC's own log-density.
 
     Notes
     -----
@@ -219,8 +230,10 @@ class RowLikelihood:
         chunk_size: int | None = None,
         gradient_method: GradientMethod = "auto",
         validate: bool = True,
+        backend: str | None = None,
     ) -> None:
         self.model = pm.modelcontext(model)
+        self.backend = check_backend(backend)
         if gradient_method not in ("auto", "vectorize", "jacobian"):
             raise InvalidParameterError(
                 f"gradient_method={gradient_method!r} is not one of 'auto', 'vectorize', "
@@ -249,7 +262,7 @@ class RowLikelihood:
         self.ndim = self.space.ndim
         self._auto_chunk = chunk_size is None
         if chunk_size is None:  # refined once the per-row gradient's width is known
-            chunk_size = max(_MIN_CHUNK, _CHUNK_BYTES // (8 * max(self.ndim, 1)))
+            chunk_size = max(_MIN_CHUNK, self._chunk_bytes // (8 * max(self.ndim, 1)))
         if int(chunk_size) < 1:
             raise InvalidParameterError(f"chunk_size must be a positive integer, got {chunk_size}.")
         self.chunk_size = int(chunk_size)
@@ -302,6 +315,7 @@ class RowLikelihood:
         vars: Sequence[Any] | None = None,
         *,
         row_data: Sequence[Any] | None = None,
+        backend: str | None = None,
     ) -> RowLikelihood:
         """The oracle of ``model``, built once and shared by every step built on it.
 
@@ -316,8 +330,9 @@ class RowLikelihood:
         model = pm.modelcontext(model)
         value_vars = resolve_vars(model, vars)
         if len(value_vars) != len(model.value_vars):
-            return cls(model, vars, row_data=row_data)
+            return cls(model, vars, row_data=row_data, backend=backend)
         key = (
+            check_backend(backend),
             tuple(v.name for v in value_vars),
             None if row_data is None else _row_data_key(row_data),
             tuple((name, id(var)) for name, var in model.named_vars.items()),
@@ -332,7 +347,7 @@ class RowLikelihood:
             except DataChangedError:
                 oracle = None
         if oracle is None:
-            oracle = cls(model, vars, row_data=row_data)
+            oracle = cls(model, vars, row_data=row_data, backend=backend)
             built.clear()  # one oracle per model: an older one is for data or graphs now gone
             built[key] = oracle
         oracle.check_deterministics()
@@ -598,7 +613,7 @@ class RowLikelihood:
         blocks_theta = dict(zip(blocks, flat_theta[: len(blocks)], strict=True))
         rest = flat_theta[len(blocks) :]
         sparse_theta = {v: (rest[2 * k], rest[2 * k + 1]) for k, v in enumerate(sparse_vars)}
-        self._f_loglik = self.space.compile([self.space.theta, *inputs], ell_theta)
+        self._f_loglik = self._compile([self.space.theta, *inputs], ell_theta)
         # The centred ratio in the same pass (theory §4.1, the default step's hot path): with
         # the rows' clipped centre gradients ĝ_i (an (m, d) input) and c_i(θ) = ℓ_i(θ) −
         # ĝ_i·(θ − θ_c), it returns c(θ') and Σ_i clip(c_i(θ') − c_i(θ), ±B) = the clipped
@@ -618,7 +633,8 @@ class RowLikelihood:
         # columns of a row's gradient: all of a dense block, one entry's worth of a gathered v
         widths = {v: sizes[v] for v in blocks} | {v: sizes[v] // shapes[v][0] for v in sparse}
         if self._auto_chunk:
-            self.chunk_size = max(_MIN_CHUNK, _CHUNK_BYTES // (8 * max(sum(widths.values()), 1)))
+            width = max(sum(widths.values()), 1)
+            self.chunk_size = max(_MIN_CHUNK, self._chunk_bytes // (8 * width))
 
         # Clipped gradient sum, theory §2: Σ_i g_i · min(1, b / ‖g_i‖), per value-variable block,
         # joined into the raveled vector only at the end. Measured choices (benchmarks/oracle.py):
@@ -674,7 +690,7 @@ class RowLikelihood:
             else:
                 pieces.append(pt.dot(scale, columns[v]))
         total = pt.concatenate(pieces) if pieces else pt.zeros((0,), dtype=floatX)
-        self._f_grad = self.space.compile([self.space.theta, *inputs, bound, precond], total)
+        self._f_grad = self._compile([self.space.theta, *inputs, bound, precond], total)
         n_clipped = pt.sum(sq_norm > pt.sqr(bound))  # NOT private: diagnostics only
         # with the count, for non-private diagnostics only: compiled on first use
         self._grad_and_count = ([self.space.theta, *inputs, bound, precond], [total, n_clipped])
@@ -746,6 +762,8 @@ class RowLikelihood:
             full = self.loglik_rows(theta, _count=False)
             subsets = [check_rng.choice(self.n_rows, size=k, replace=False) for k in (1, 1, 5)]
             sub_values = [self.loglik_rows(theta, rows=idx, _count=False) for idx in subsets]
+        except BackendNotSupportedError:  # neither gradient method helps: say so
+            raise
         except Exception as err:
             return f"evaluation on a subset of rows failed ({type(err).__name__})", False
         if full.shape != (self.n_rows,):
@@ -926,6 +944,8 @@ class RowLikelihood:
         """
         try:
             return fn(*args)
+        except PyMCDPError:  # the package's own messages hold no data (a forked JAX worker)
+            raise
         except Exception as err:
             kind = type(err).__name__
         observed = ", ".join(repr(r.name) for r in self._rows if r.observed)
@@ -974,7 +994,7 @@ class RowLikelihood:
         total = np.zeros(self.ndim)
         clipped = 0 if count_clipped else None
         if count_clipped and self._f_grad_and_count is None:
-            self._f_grad_and_count = self.space.compile(*self._grad_and_count)
+            self._f_grad_and_count = self._compile(*self._grad_and_count)
         for chunk in self._chunks(rows, True):
             if count_clipped:
                 value, count = self._private_call(
@@ -1015,7 +1035,7 @@ class RowLikelihood:
         total = 0.0
         clipped = 0
         if self._f_llr is None:
-            self._f_llr = self.space.compile(*self._llr_graph)
+            self._f_llr = self._compile(*self._llr_graph)
         for chunk in self._chunks(rows, True):
             value, count = self._private_call(self._f_llr, theta, theta_new, *chunk, bound)
             total += float(value)
@@ -1069,7 +1089,7 @@ class RowLikelihood:
     ) -> tuple[np.ndarray, float]:
         """One pass over the rows: ``c(θ)`` and ``Σ_i clip(c_i(θ) − current_i, ±B)``."""
         if self._f_centred is None:
-            self._f_centred = self.space.compile(*self._centred_graph)
+            self._f_centred = self._compile(*self._centred_graph)
         floatX = pytensor.config.floatX
         centre_theta = np.asarray(centre.theta, dtype=floatX)
         if current is None:
@@ -1246,6 +1266,21 @@ class RowLikelihood:
 
     # ------------------------------------------------------------------ helpers
 
+    @property
+    def _chunk_bytes(self) -> int:
+        if self.backend is None:
+            return _CHUNK_BYTES
+        import jax  # the backend's check found it
+
+        device = "cpu" if jax.default_backend() == "cpu" else "accelerator"
+        return _CHUNK_BYTES_JAX[device]
+
+    def _compile(self, inputs: list[Variable], outputs: Any) -> Any:
+        """Compile a per-row function for this oracle's backend (build time or first use)."""
+        return compile_function(
+            inputs, outputs, check_bounds=self._check_bounds, backend=self.backend
+        )
+
     def _grad_rows_fn(self) -> pytensor.compile.function.types.Function:
         """Compiled per-row gradient matrix (compiled on first use: tests and checks only)."""
         if self._f_grad_rows is None:
@@ -1256,7 +1291,7 @@ class RowLikelihood:
                     cols.append(self._grad_blocks[v])
                 else:
                     cols.append(pt.zeros((m, sl.stop - sl.start), dtype=pytensor.config.floatX))
-            self._f_grad_rows = self.space.compile(
+            self._f_grad_rows = self._compile(
                 [self.space.theta, *self._grad_inputs], pt.concatenate(cols, axis=1)
             )
         return self._f_grad_rows

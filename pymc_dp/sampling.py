@@ -130,6 +130,8 @@ def sample(
             ConvergenceWarning,
             stacklevel=2,
         )
+    if step.compile_backend == "JAX":  # JAX's runtime does not survive a fork: Linux's default
+        kwargs.setdefault("mp_ctx", "forkserver")
     idata_kwargs = {**kwargs.pop("idata_kwargs", {}), "log_likelihood": False}
     with model:
         idata = pm.sample(

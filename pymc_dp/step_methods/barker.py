@@ -63,6 +63,10 @@ class DPBarker(DPStep):
     nonprivate_diagnostics : bool
         Also store per iteration the share of batch ratios clipped and the batch variance
         ``σ_b²`` (computed without noise: the release is then **not** DP).
+    compile_kwargs : dict, optional
+        ``{"mode": "JAX"}`` compiles the per-row likelihood functions (the passes over the data)
+        with JAX instead of PyTensor's default backend: faster passes for heavy likelihoods, and
+        a GPU when JAX has one (needs ``pip install jax``). Only ``mode`` is read.
     """
 
     name = "dp_barker"
@@ -95,6 +99,7 @@ class DPBarker(DPStep):
         nonprivate_diagnostics: bool = False,
         blocked: bool = True,
         rng: Any = None,
+        compile_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.temperature = check_temperature(temperature)
         if positive_float(normal_variance, "normal_variance") != _PROVED_NORMAL_VARIANCE:
@@ -115,6 +120,7 @@ class DPBarker(DPStep):
             nonprivate_diagnostics=nonprivate_diagnostics,
             blocked=blocked,
             rng=rng,
+            compile_kwargs=compile_kwargs,
         )
         BarkerCost(self.batch_size, self._channel.n_rows)  # checks b against n, naming both
         self.proposal_scale = check_proposal_scale(proposal_scale, self.space.ndim)

@@ -38,6 +38,7 @@ from rich.progress import TextColumn
 from rich.table import Column
 
 from pymc_dp._compat import chain_setup_from_caller
+from pymc_dp._compile import backend_from_compile_kwargs
 from pymc_dp.accounting import PrivacyBudget, compose, gaussian_epsilon
 from pymc_dp.accounting._search import largest_fitting
 from pymc_dp.accounting.costs import PrivacyCost, compose_epsilon
@@ -183,8 +184,10 @@ class DPStep(BlockedStep):
         blocked: bool = True,
         rng: Any = None,
         init_share: float | None = None,
+        compile_kwargs: dict[str, Any] | None = None,
     ) -> None:
         model = pm.modelcontext(model)
+        backend = backend_from_compile_kwargs(compile_kwargs)
         noise_rng = check_noise_rng(noise_rng)
         nonprivate_diagnostics = check_flag(nonprivate_diagnostics, "nonprivate_diagnostics")
         if not isinstance(budget, PrivacyBudget):
@@ -209,7 +212,9 @@ class DPStep(BlockedStep):
                 "vars: pm.sample would give them to NUTS or Metropolis, which read the raw data "
                 "without noise. Leave vars=None (all free variables)."
             )
-        self._channel = PrivateChannel.open(model, value_vars, row_data=row_data)
+        self._channel = PrivateChannel.open(model, value_vars, row_data=row_data, backend=backend)
+        #: What the per-row functions compile to: None (PyTensor's default) or "JAX".
+        self.compile_backend = backend
         self.space = self._channel.space
         self.vars = list(self.space.value_vars)
         self.budget = budget

@@ -112,6 +112,10 @@ class DPHMC(DPStep):
         Also store, per iteration, the share of per-row gradients clipped (over the
         iteration's gradient releases) and of ratios clipped. Computed from the data without
         noise: the release is then **not** DP, and the privacy metadata say so.
+    compile_kwargs : dict, optional
+        ``{"mode": "JAX"}`` compiles the per-row likelihood functions (the passes over the data)
+        with JAX instead of PyTensor's default backend: faster passes for heavy likelihoods, and
+        a GPU when JAX has one (needs ``pip install jax``). Only ``mode`` is read.
     """
 
     name = "dp_hmc"
@@ -169,6 +173,7 @@ class DPHMC(DPStep):
         nonprivate_diagnostics: bool = False,
         blocked: bool = True,
         rng: Any = None,
+        compile_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self._auto_grad_clip = isinstance(grad_clip, str) and grad_clip == "auto"
         self._auto_llr_clip = isinstance(llr_clip, str) and llr_clip == "auto"
@@ -222,6 +227,7 @@ class DPHMC(DPStep):
             nonprivate_diagnostics=nonprivate_diagnostics,
             blocked=blocked,
             rng=rng,
+            compile_kwargs=compile_kwargs,
             init_share=init_share,
         )
         n = self._channel.n_rows

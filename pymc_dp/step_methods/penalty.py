@@ -145,6 +145,10 @@ class DPPenalty(DPStep):
         Also store ``llr_clipped_fraction`` (share of rows, or of the batch, whose ratio was
         clipped) per iteration. Computed from the data without noise: the release is then
         **not** DP, and the privacy metadata say so.
+    compile_kwargs : dict, optional
+        ``{"mode": "JAX"}`` compiles the per-row likelihood functions (the passes over the data)
+        with JAX instead of PyTensor's default backend: faster passes for heavy likelihoods, and
+        a GPU when JAX has one (needs ``pip install jax``). Only ``mode`` is read.
     """
 
     name = "dp_penalty"
@@ -183,6 +187,7 @@ class DPPenalty(DPStep):
         nonprivate_diagnostics: bool = False,
         blocked: bool = True,
         rng: Any = None,
+        compile_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self._auto_llr_clip = isinstance(llr_clip, str) and llr_clip == "auto"
         self._auto_noise = noise_multiplier is None and tau is None
@@ -229,6 +234,7 @@ class DPPenalty(DPStep):
             nonprivate_diagnostics=nonprivate_diagnostics,
             blocked=blocked,
             rng=rng,
+            compile_kwargs=compile_kwargs,
             init_share=init_share,
         )
         n = self._channel.n_rows

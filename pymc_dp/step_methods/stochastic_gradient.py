@@ -79,7 +79,12 @@ _COMMON_PARAMETERS = """
         :func:`~pymc_dp.privacy_report`.
     nonprivate_diagnostics : bool
         Also store ``grad_clipped_fraction`` (share of batch rows whose gradient was clipped)
-        per iteration. Computed without noise: the release is then **not** DP."""
+        per iteration. Computed without noise: the release is then **not** DP.
+    compile_kwargs : dict, optional
+        ``{"mode": "JAX"}`` compiles the per-row likelihood functions (the passes over the
+        data) with JAX instead of PyTensor's default backend: faster passes for heavy
+        likelihoods, and a GPU when JAX has one (needs ``pip install jax``). Only ``mode`` is
+        read."""
 
 
 class _StochasticGradientStep(DPStep):
@@ -123,6 +128,7 @@ class _StochasticGradientStep(DPStep):
         nonprivate_diagnostics: bool = False,
         blocked: bool = True,
         rng: Any = None,
+        compile_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.step_size = positive_float(step_size, "step_size")
         self.grad_clip = positive_float(grad_clip, "grad_clip")
@@ -139,6 +145,7 @@ class _StochasticGradientStep(DPStep):
             nonprivate_diagnostics=nonprivate_diagnostics,
             blocked=blocked,
             rng=rng,
+            compile_kwargs=compile_kwargs,
             init_share=init_share,
         )
         check_batch_rows(self.batch_size, self._channel.n_rows)

@@ -1,0 +1,236 @@
+"""The JAX backend (``compile_kwargs={"mode": "JAX"}``): the same values as the default backend.
+
+Every per-row function the steps call is compared on models whose per-row graphs need the
+JAX-specific handling: sizes computed from the number of rows (the banana's ``concatenate``,
+whose gradient allocates a per-row matrix and splits it; the ordinal regression's ``Split``),
+gathered group parameters (scatter-add), chunks of several lengths and secret row subsets.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp
+from pymc_dp import _compile, releases
+from pymc_dp.errors import InvalidParameterError
+from pymc_dp.oracle import RowLikelihood
+from pymc_dp.testing import Banana
+
+
+def _banana(n: int, rng: np.random.Generator) -> pm.Model:
+    spec = Banana(d=2, a=20.0)
+    return spec.model(spec.simulate(n, rng))
+
+
+def _hierarchical(n: int, rng: np.random.Generator) -> pm.Model:
+    g = rng.integers(0, 8, n)
+    y = rng.normal(size=8)[g] + rng.normal(size=n)
+    with pm.Model() as model:
+        idx = pm.Data("group_idx", g)
+        mu_a = pm.Normal("mu_a", 0, 1)
+        sigma_a = pm.HalfNormal("sigma_a", 1)
+        a = pm.Normal("a", mu_a, sigma_a, shape=8)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", a[idx], sigma, observed=y)
+    return model
+
+
+def _ordinal(n: int, rng: np.random.Generator) -> pm.Model:
+    x = rng.normal(size=n)
+    latent = 0.8 * x + rng.logistic(size=n)
+    y = np.digitize(latent, [-1.0, 0.0, 1.2])
+    with pm.Model() as model:
+        xd = pm.Data("x", x)
+        beta = pm.Normal("beta", 0, 2)
+        cut = pm.Normal(
+            "cut", [-1.0, 0.0, 1.0], 2, shape=3, transform=pm.distributions.transforms.ordered
+        )
+        pm.OrderedLogistic("y", eta=beta * xd, cutpoints=cut, observed=y, compute_p=False)
+    return model
+
+
+MODELS = {"banana": _banana, "hierarchical": _hierarchical, "ordinal": _ordinal}
+
+
+def _pair(name: str, **kwargs) -> tuple[pm.Model, RowLikelihood, RowLikelihood]:
+    model = MODELS[name](600, np.random.default_rng(3))
+    default = RowLikelihood(model, **kwargs)
+    on_jax = RowLikelihood(model, backend="JAX", **kwargs)
+    assert on_jax.backend == "JAX" and default.backend is None
+    return model, default, on_jax
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "ordinal"])
+def test_the_log_likelihood_and_clipped_gradient_agree_with_the_default_backend(name):
+    # a gathered group parameter (scatter-add); an ordinal likelihood (Split of the gradient)
+    model, default, on_jax = _pair(name)
+    rng = np.random.default_rng(4)
+    theta = default.space.ravel(model.initial_point()) + rng.normal(0, 0.2, default.ndim)
+    for rows in (None, rng.choice(600, size=50, replace=False)):
+        np.testing.assert_allclose(
+            on_jax.loglik_rows(theta, rows), default.loglik_rows(theta, rows), rtol=1e-10
+        )
+        a, b = (o.clipped_grad_sum(theta, 2.0, rows) for o in (default, on_jax))
+        np.testing.assert_allclose(b.value, a.value, rtol=1e-10, atol=1e-10)
+
+
+def test_every_per_row_function_agrees_with_the_default_backend():
+    # the banana: its concatenate's gradient allocates and splits a per-row matrix whose
+    # length JAX needs as a constant
+    rng = np.random.default_rng(3)
+    # chunks of 256 rows: lengths 256 and 88, so two shapes per function
+    model, default, on_jax = _pair("banana", chunk_size=256)
+    d = default.ndim
+    theta = default.space.ravel(model.initial_point()) + rng.normal(0, 0.2, d)
+    theta_new = theta + rng.normal(0, 0.05, d)
+    subset = rng.choice(600, size=50, replace=False)  # a secret batch's rows
+    for rows in (None, subset):
+        np.testing.assert_allclose(
+            on_jax.loglik_rows(theta, rows), default.loglik_rows(theta, rows), rtol=1e-10
+        )
+        for oracle in (default, on_jax):
+            oracle.clear_cache()
+        a = default.clipped_grad_sum(theta, 2.0, rows, count_clipped=True)
+        b = on_jax.clipped_grad_sum(theta, 2.0, rows, count_clipped=True)
+        np.testing.assert_allclose(b.value, a.value, rtol=1e-10, atol=1e-10)
+        assert b.n_clipped == a.n_clipped
+        a = default.clipped_llr_sum(theta, theta_new, 0.5, rows)
+        b = on_jax.clipped_llr_sum(theta, theta_new, 0.5, rows)
+        np.testing.assert_allclose(b.value, a.value, rtol=1e-10, atol=1e-10)
+    centre = releases.Centre(theta, 3.0, np.eye(d))
+    a = default.clipped_centred_llr_sum(theta, theta_new, centre, 0.5)
+    b = on_jax.clipped_centred_llr_sum(theta, theta_new, centre, 0.5)
+    np.testing.assert_allclose(b.value, a.value, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        on_jax.clipped_fisher(theta, 3.0, np.eye(d)),
+        default.clipped_fisher(theta, 3.0, np.eye(d)),
+        rtol=1e-10,
+        atol=1e-10,
+    )
+    edges = np.geomspace(0.01, 100.0, 12)
+    np.testing.assert_array_equal(
+        on_jax.grad_norm_counts(theta, edges), default.grad_norm_counts(theta, edges)
+    )
+
+
+def test_one_function_per_chunk_length_with_the_lengths_fixed_in_the_graph():
+    model = _banana(600, np.random.default_rng(0))
+    oracle = RowLikelihood(model, chunk_size=256, backend="JAX", validate=False)
+    theta = np.array([0.1, 0.5])
+    oracle.loglik_rows(theta)  # chunks of 256, 256, 88 rows
+    fn = oracle._f_loglik
+    assert isinstance(fn, _compile.StaticShapeFunction)
+    lengths = sorted(shapes[1][0] for shapes in fn._functions)
+    assert lengths == [88, 256]
+    for shapes, compiled in fn._functions.items():
+        rows_input = compiled.maker.fgraph.inputs[1]
+        assert rows_input.type.shape == shapes[1]  # static: sizes are constants for JAX
+    # the negative control: the graph as the default backend compiles it (row count unknown)
+    # is what JAX could not trace; the row input there has no static length
+    assert oracle._f_grad.inputs[1].type.shape[0] is None
+
+
+def test_a_pickled_oracle_compiles_again_where_it_is_loaded():
+    model = _hierarchical(300, np.random.default_rng(1))
+    oracle = RowLikelihood(model, backend="JAX")
+    theta = oracle.space.ravel(model.initial_point()) + 0.1
+    expected = oracle.clipped_grad_sum(theta, 1.0).value
+    copy = pickle.loads(pickle.dumps(oracle))
+    assert copy._f_grad._functions == {}  # compiled functions do not travel
+    np.testing.assert_allclose(copy.clipped_grad_sum(theta, 1.0).value, expected, rtol=1e-12)
+
+
+def _gaussian_mean_model(y: np.ndarray) -> pm.Model:
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("y", mu, 1.0, observed=y)
+    return model
+
+
+def test_a_step_on_jax_samples_what_the_default_backend_samples():
+    # the same noise seed, the same public randomness: the two chains are the same chain
+    y = np.random.default_rng(5).normal(0.5, 1.0, 2000)
+    draws = {}
+    for mode in (None, "JAX"):
+        with _gaussian_mean_model(y):
+            step = pymc_dp.DPPenalty(
+                budget=pymc_dp.PrivacyBudget(epsilon=4.0, delta=1e-6),
+                noise_rng=11,
+                secure_noise=False,
+                compile_kwargs={"mode": mode},
+            )
+        assert step.compile_backend == mode
+        idata = pymc_dp.sample(step, chains=1, cores=1, random_seed=2, progressbar=False)
+        draws[mode] = np.asarray(idata.posterior["mu"]).ravel()
+    np.testing.assert_allclose(draws["JAX"], draws[None], rtol=1e-9)
+    assert abs(draws["JAX"].mean() - y.mean()) < 0.1  # and it is the posterior of μ
+
+
+@pytest.mark.parametrize(
+    ("compile_kwargs", "message"),
+    [
+        ({"mode": "NUMBA"}, "default mode or with JAX"),
+        ({"mode": "JAX", "profile": True}, "takes only 'mode'"),
+        ("JAX", "must be a dict"),
+    ],
+)
+def test_unsupported_compile_kwargs_are_refused_by_name(compile_kwargs, message):
+    with _gaussian_mean_model(np.zeros(20)):
+        with pytest.raises(InvalidParameterError, match=message):
+            pymc_dp.DPPenalty(
+                budget=pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-6),
+                compile_kwargs=compile_kwargs,
+            )
+
+
+def test_jax_missing_says_how_to_install_it(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a)
+    )
+    with pytest.raises(InvalidParameterError, match="pip install"):
+        _compile.check_backend("JAX")
+
+
+def test_a_forked_worker_is_told_how_to_start_workers_instead_of_hanging(monkeypatch):
+    model = _gaussian_mean_model(np.random.default_rng(0).normal(size=40))
+    oracle = RowLikelihood(model, backend="JAX")
+    theta = np.array([0.2])
+    oracle.loglik_rows(theta)
+    # as in a process forked after JAX started: the recorded process is another one
+    monkeypatch.setattr(_compile, "_jax_process", os.getpid() + 1)
+    with pytest.raises(InvalidParameterError, match="mp_ctx='forkserver'"):
+        oracle.loglik_rows(theta + 0.1)
+
+
+def test_sample_starts_workers_by_forkserver_for_a_jax_step(monkeypatch):
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_sample(**kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(pm, "sample", fake_sample)
+    for mode, expected in ((None, None), ("JAX", "forkserver")):
+        seen.clear()
+        with _gaussian_mean_model(np.random.default_rng(0).normal(size=200)):
+            step = pymc_dp.DPPenalty(
+                budget=pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-4),
+                noise_multiplier=40.0,
+                llr_clip=1.0,
+                proposal_scale=0.1,
+                init_share=0,
+                compile_kwargs={"mode": mode},
+            )
+            with pytest.raises(Stop):
+                pymc_dp.sample(step, chains=2, cores=2, progressbar=False, initvals={"mu": 0.0})
+        assert seen.get("mp_ctx") == expected
