@@ -19,6 +19,7 @@ _EXPORTS = {
     "PrivacyBudget": "pymc_dp.accounting",
     "SelfComposedCost": "pymc_dp.accounting",
     "SubsampledGaussianCost": "pymc_dp.accounting",
+    "BackendNotSupportedError": "pymc_dp.errors",
     "BarkerVarianceError": "pymc_dp.errors",
     "ConvergenceWarning": "pymc_dp.errors",
     "BudgetExceededError": "pymc_dp.errors",
@@ -57,6 +58,7 @@ __all__ = [
     "DPSGHMC",
     "DPSGLD",
     "DPSGNHT",
+    "BackendNotSupportedError",
     "BarkerCost",
     "BarkerVarianceError",
     "BudgetExceededError",
@@ -104,6 +106,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     )
     from pymc_dp.convergence import check_convergence
     from pymc_dp.errors import (
+        BackendNotSupportedError,
         BarkerVarianceError,
         BudgetExceededError,
         ConvergenceWarning,

@@ -70,9 +70,9 @@ def check_backend(backend: Any) -> str | None:
         return None
     if not (isinstance(backend, str) and backend.upper() == "JAX"):
         raise InvalidParameterError(
-            f"The oracle's functions compile with PyTensor's default mode or with JAX; got "
-            f"mode {backend!r}. Use compile_kwargs={{'mode': 'JAX'}}, or leave compile_kwargs "
-            "unset for the default."
+            f"compile_kwargs={{'mode': {backend!r}}} is not supported: the per-row functions "
+            "compile with PyTensor's default mode (mode None or 'FAST_RUN') or with JAX (mode "
+            "'JAX'). Use compile_kwargs={'mode': 'JAX'}, or leave compile_kwargs unset."
         )
     if importlib.util.find_spec("jax") is None:
         raise InvalidParameterError(
@@ -99,7 +99,7 @@ def backend_from_compile_kwargs(compile_kwargs: Any) -> str | None:
     unknown = sorted(set(compile_kwargs) - {"mode"})
     if unknown:
         raise InvalidParameterError(
-            f"compile_kwargs takes only 'mode' (None or 'JAX') for a DP step; got {unknown}. "
+            f"compile_kwargs accepts only 'mode' (None or 'JAX') for a DP step; got {unknown}. "
             "The oracle compiles its functions with its own rewrites."
         )
     return check_backend(compile_kwargs.get("mode"))
@@ -186,17 +186,21 @@ def _compile_now(inputs: list[Any], outputs: Any, check_bounds: bool, backend: s
     return cached_compile(inputs, outputs, build, key=("oracle", check_bounds, backend))
 
 
-#: The process in which a JAX function of the oracle first ran (JAX's runtime starts threads
-#: there; a process forked from it inherits the runtime's state but not its threads).
+#: The process in which the oracle first started JAX (JAX's runtime starts threads there; a
+#: process forked from it inherits the runtime's state but not its threads).
 _jax_process: int | None = None
 
 
-def _check_not_forked(backend: str) -> None:
+def jax_started() -> None:
+    """Record that this process starts JAX's runtime (call before any JAX work)."""
     global _jax_process
-    pid = os.getpid()
     if _jax_process is None:
-        _jax_process = pid
-    elif _jax_process != pid:
+        _jax_process = os.getpid()
+
+
+def _check_not_forked(backend: str) -> None:
+    jax_started()
+    if _jax_process != os.getpid():
         raise InvalidParameterError(
             f"The step's per-row functions use {backend}, which was started in process "
             f"{_jax_process}; this process is a fork of it (pm.sample's worker processes start "
@@ -210,9 +214,11 @@ class StaticShapeFunction:
     """A graph compiled once per set of input shapes, with the shapes fixed in the graph.
 
     Calling it with arrays of shapes ``s₁, …, s_k`` runs the function compiled for the graph
-    whose inputs have those static shapes (compiled on the first such call, through
-    :func:`cached_compile`). Outputs come back as NumPy arrays. A pickled copy (``pm.sample``'s
-    worker processes) carries the graph and compiles again on first use.
+    whose inputs have those static shapes (compiled on the first such call in a thread, through
+    :func:`cached_compile`, and run once on zeros of those shapes, so that an operation the
+    backend cannot trace fails there, on public values, as :class:`BackendNotSupportedError`).
+    Outputs come back as read-only NumPy arrays. A pickled copy (``pm.sample``'s worker
+    processes) carries the graph and compiles again on first use.
     """
 
     def __init__(
@@ -225,8 +231,9 @@ class StaticShapeFunction:
         self._functions: dict[tuple, Any] = {}
 
     def function_for(self, shapes: tuple[tuple[int, ...], ...]) -> Any:
-        """The compiled function for inputs of these shapes."""
-        fn = self._functions.get(shapes)
+        """The compiled function for inputs of these shapes (one per thread, as compiled ones)."""
+        key = (threading.get_ident(), shapes)
+        fn = self._functions.get(key)
         if fn is None:
             fixed = [
                 v.type.clone(shape=shape)(name=v.name)
@@ -239,14 +246,16 @@ class StaticShapeFunction:
             )
             try:
                 fn = _compile_now(fixed, outs if many else outs[0], self.check_bounds, self.backend)
-            except NotImplementedError as err:  # an operation the backend lacks (compile
-                # time: the message names operations, never data, which are inputs)
-                reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+                # traced here, on zeros: public values, whatever the backend's message shows
+                fn(*(np.zeros(v.type.shape, dtype=v.type.dtype) for v in fixed))
+            except Exception as err:  # an operation the backend lacks or cannot trace
+                lines = str(err).strip().splitlines()
+                reason = f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
                 raise BackendNotSupportedError(
-                    f"PyTensor's {self.backend} backend cannot compile this model's likelihood: "
-                    f"{reason}. Leave compile_kwargs unset (PyTensor's default backend)."
+                    f"PyTensor's {self.backend} backend cannot compile this model's likelihood "
+                    f"({reason}). Leave compile_kwargs unset (PyTensor's default backend)."
                 ) from None
-            self._functions[shapes] = fn
+            self._functions[key] = fn
         return fn
 
     def __call__(self, *args: Any) -> Any:

@@ -184,6 +184,11 @@ class PrivateChannel:
         return self._oracle.space
 
     @property
+    def backend(self) -> str | None:
+        """What the oracle's per-row functions compile to: None (default) or ``"JAX"``."""
+        return self._oracle.backend
+
+    @property
     def n_rows(self) -> int:
         """Number of rows ``n`` (public: the substitute relation keeps it fixed)."""
         return self._oracle.n_rows

@@ -56,7 +56,7 @@ from pytensor.graph.traversal import ancestors
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type import integer_dtypes
 
-from pymc_dp import releases
+from pymc_dp import _compile, releases
 from pymc_dp._batching import unbatch_blockwise
 from pymc_dp._compat import inline_ofg_node, leading_axis_indices
 from pymc_dp._compile import cached_compile, check_backend, compile_function
@@ -276,6 +276,7 @@ class RowLikelihood:
 
         methods = ["vectorize", "jacobian"] if gradient_method == "auto" else [gradient_method]
         failures: list[str] = []
+        backend_failures: list[str] = []  # messages of BackendNotSupportedError (data-free)
         coupled = False
         reference = self._reference_values() if validate else None
         for method in methods:
@@ -287,13 +288,20 @@ class RowLikelihood:
                 continue
             if not validate:
                 break
-            problem, is_coupling = self._validate(reference)
+            try:
+                problem, is_coupling = self._validate(reference)
+            except BackendNotSupportedError as err:  # this method's graph; the other may pass
+                backend_failures.append(str(err))
+                failures.append(f"{method}: the {self.backend} backend cannot compile it")
+                continue
             if problem is None:
                 break
             coupled = coupled or is_coupling
             failures.append(f"{method}: {problem}")
         else:
             detail = "; ".join(failures)
+            if backend_failures and len(backend_failures) == len(failures):
+                raise BackendNotSupportedError(backend_failures[0])
             if coupled:
                 raise CoupledRowsError(
                     "The log-likelihood does not split into terms that each depend on one row "
@@ -762,7 +770,7 @@ class RowLikelihood:
             full = self.loglik_rows(theta, _count=False)
             subsets = [check_rng.choice(self.n_rows, size=k, replace=False) for k in (1, 1, 5)]
             sub_values = [self.loglik_rows(theta, rows=idx, _count=False) for idx in subsets]
-        except BackendNotSupportedError:  # neither gradient method helps: say so
+        except BackendNotSupportedError:  # the caller tries the other gradient method
             raise
         except Exception as err:
             return f"evaluation on a subset of rows failed ({type(err).__name__})", False
@@ -968,7 +976,8 @@ class RowLikelihood:
     ) -> np.ndarray:
         """Per-row log-likelihood ``ℓ_i(θ)`` for all rows, or for ``rows`` only. Not private."""
         theta = self.space.as_theta(theta)
-        parts = [self._private_call(self._f_loglik, theta, *c) for c in self._chunks(rows, _count)]
+        chunks = self._chunks(rows, _count, values_only=True)
+        parts = [self._private_call(self._f_loglik, theta, *c) for c in chunks]
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def clipped_grad_sum(
@@ -1036,7 +1045,7 @@ class RowLikelihood:
         clipped = 0
         if self._f_llr is None:
             self._f_llr = self._compile(*self._llr_graph)
-        for chunk in self._chunks(rows, True):
+        for chunk in self._chunks(rows, True, values_only=True):
             value, count = self._private_call(self._f_llr, theta, theta_new, *chunk, bound)
             total += float(value)
             clipped += int(count)
@@ -1095,7 +1104,7 @@ class RowLikelihood:
         if current is None:
             current = np.zeros(self.n_rows, dtype=floatX)
         parts, total, start = [], 0.0, 0
-        for chunk in self._chunks(None, True):
+        for chunk in self._chunks(None, True, values_only=True):
             stop = start + chunk[0].shape[0]
             value, clipped = self._private_call(
                 self._f_centred,
@@ -1270,6 +1279,7 @@ class RowLikelihood:
     def _chunk_bytes(self) -> int:
         if self.backend is None:
             return _CHUNK_BYTES
+        _compile.jax_started()  # the fork check's reference: JAX starts in this process here
         import jax  # the backend's check found it
 
         device = "cpu" if jax.default_backend() == "cpu" else "accelerator"
@@ -1326,8 +1336,14 @@ class RowLikelihood:
             raise InvalidParameterError(f"{name} must be positive, got {value}.")
         return np.asarray(value, dtype=pytensor.config.floatX)
 
-    def _chunks(self, rows: np.ndarray | slice | None, count: bool):
-        """Yield the row inputs of each chunk, shaped for the compiled functions."""
+    def _chunks(self, rows: np.ndarray | slice | None, count: bool, *, values_only: bool = False):
+        """Yield the row inputs of each chunk, shaped for the compiled functions.
+
+        A pass that forms no per-row gradient (``values_only``: the log-likelihood, the ratio,
+        the centred ratio) keeps only a few per-row vectors, so its chunks hold as many rows
+        as one such vector fits in the chunk's bytes (10⁵ rows: one call instead of two at
+        d = 2, where a call's fixed cost is a tenth of the pass).
+        """
         if rows is None:
             arrays = [r.data for r in self._rows]
         else:
@@ -1340,8 +1356,9 @@ class RowLikelihood:
         if count:
             self.calls += 1
             self.rows_read += m
-        for start in range(0, m, self.chunk_size):
-            stop = min(start + self.chunk_size, m)
+        size = max(self.chunk_size, self._chunk_bytes // 8) if values_only else self.chunk_size
+        for start in range(0, m, size):
+            stop = min(start + size, m)
             if self._single_row_axis:  # vectorized single-row graph: (m, 1, ...) inputs
                 yield [a[start:stop, None] for a in arrays]
             else:

@@ -22,6 +22,7 @@ plainly when they are not a usable posterior (:mod:`pymc_dp.convergence`).
 
 from __future__ import annotations
 
+import multiprocessing
 import warnings
 from typing import Any
 
@@ -131,7 +132,8 @@ def sample(
             stacklevel=2,
         )
     if step.compile_backend == "JAX":  # JAX's runtime does not survive a fork: Linux's default
-        kwargs.setdefault("mp_ctx", "forkserver")
+        methods = multiprocessing.get_all_start_methods()
+        kwargs.setdefault("mp_ctx", "forkserver" if "forkserver" in methods else "spawn")
     idata_kwargs = {**kwargs.pop("idata_kwargs", {}), "log_likelihood": False}
     with model:
         idata = pm.sample(

@@ -18,7 +18,7 @@ import pytest
 
 import pymc_dp
 from pymc_dp import _compile, releases
-from pymc_dp.errors import InvalidParameterError
+from pymc_dp.errors import BackendNotSupportedError, InvalidParameterError
 from pymc_dp.oracle import RowLikelihood
 from pymc_dp.testing import Banana
 
@@ -84,7 +84,7 @@ def test_every_per_row_function_agrees_with_the_default_backend():
     # the banana: its concatenate's gradient allocates and splits a per-row matrix whose
     # length JAX needs as a constant
     rng = np.random.default_rng(3)
-    # chunks of 256 rows: lengths 256 and 88, so two shapes per function
+    # gradient chunks of 256 rows: lengths 256 and 88, two shapes per gradient function
     model, default, on_jax = _pair("banana", chunk_size=256)
     d = default.ndim
     theta = default.space.ravel(model.initial_point()) + rng.normal(0, 0.2, d)
@@ -123,17 +123,46 @@ def test_one_function_per_chunk_length_with_the_lengths_fixed_in_the_graph():
     model = _banana(600, np.random.default_rng(0))
     oracle = RowLikelihood(model, chunk_size=256, backend="JAX", validate=False)
     theta = np.array([0.1, 0.5])
-    oracle.loglik_rows(theta)  # chunks of 256, 256, 88 rows
-    fn = oracle._f_loglik
-    assert isinstance(fn, _compile.StaticShapeFunction)
-    lengths = sorted(shapes[1][0] for shapes in fn._functions)
+    fixed = oracle.clipped_grad_sum(theta, 1.0).value  # chunks of 256, 256, 88 rows
+    assert np.all(np.isfinite(fixed))
+    grad = oracle._f_grad
+    assert isinstance(grad, _compile.StaticShapeFunction)
+    lengths = sorted(shapes[1][0] for _, shapes in grad._functions)
     assert lengths == [88, 256]
-    for shapes, compiled in fn._functions.items():
+    for (_, shapes), compiled in grad._functions.items():
         rows_input = compiled.maker.fgraph.inputs[1]
         assert rows_input.type.shape == shapes[1]  # static: sizes are constants for JAX
-    # the negative control: the graph as the default backend compiles it (row count unknown)
-    # is what JAX could not trace; the row input there has no static length
-    assert oracle._f_grad.inputs[1].type.shape[0] is None
+    # the negative control: the same gradient graph compiled for JAX without the lengths fixed
+    # (as PyTensor would) cannot be traced: its per-row matrix is allocated with a length
+    # that JAX sees as a traced value
+    assert grad.inputs[1].type.shape[0] is None
+    dynamic = _compile._compile_now(list(grad.inputs), grad.outputs, True, "JAX")
+    rows = next(oracle._chunks(None, False))
+    with pytest.raises(Exception):  # noqa: B017  (JAX's TypeError or ConcretizationTypeError)
+        dynamic(theta, *rows, np.asarray(1.0), oracle._precond())
+
+
+def test_an_operation_jax_cannot_compile_is_refused_at_build_naming_it(monkeypatch):
+    real = _compile._compile_now
+
+    def without_jax(inputs, outputs, check_bounds, backend):
+        if backend == "JAX":
+            raise NotImplementedError("No JAX implementation for Op fake_op")
+        return real(inputs, outputs, check_bounds, backend)
+
+    monkeypatch.setattr(_compile, "_compile_now", without_jax)
+    model = _banana(100, np.random.default_rng(0))
+    with pytest.raises(BackendNotSupportedError, match=r"fake_op.*compile_kwargs unset"):
+        RowLikelihood(model, backend="JAX")
+    RowLikelihood(model)  # the default backend is unaffected
+
+
+def test_steps_share_an_oracle_only_with_the_same_backend():
+    model = _hierarchical(200, np.random.default_rng(2))
+    default = RowLikelihood.for_model(model)
+    on_jax = RowLikelihood.for_model(model, backend="JAX")
+    assert on_jax is not default and on_jax.backend == "JAX"
+    assert RowLikelihood.for_model(model, backend="jax") is on_jax  # the same backend
 
 
 def test_a_pickled_oracle_compiles_again_where_it_is_loaded():
@@ -175,8 +204,8 @@ def test_a_step_on_jax_samples_what_the_default_backend_samples():
 @pytest.mark.parametrize(
     ("compile_kwargs", "message"),
     [
-        ({"mode": "NUMBA"}, "default mode or with JAX"),
-        ({"mode": "JAX", "profile": True}, "takes only 'mode'"),
+        ({"mode": "NUMBA"}, "'NUMBA'.* is not supported.*default mode"),
+        ({"mode": "JAX", "profile": True}, "accepts only 'mode'"),
         ("JAX", "must be a dict"),
     ],
 )

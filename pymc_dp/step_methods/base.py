@@ -213,8 +213,6 @@ class DPStep(BlockedStep):
                 "without noise. Leave vars=None (all free variables)."
             )
         self._channel = PrivateChannel.open(model, value_vars, row_data=row_data, backend=backend)
-        #: What the per-row functions compile to: None (PyTensor's default) or "JAX".
-        self.compile_backend = backend
         self.space = self._channel.space
         self.vars = list(self.space.value_vars)
         self.budget = budget
@@ -246,6 +244,11 @@ class DPStep(BlockedStep):
         self.tune = True
         self.rng = np.random.default_rng(rng)  # a Generator passes through unchanged
         self._setup_chain()
+
+    @property
+    def compile_backend(self) -> str | None:
+        """What the per-row functions compile to: None (PyTensor's default) or ``"JAX"``."""
+        return self._channel.backend
 
     # ---------------------------------------------------------------- what subclasses provide
 
