@@ -117,6 +117,13 @@ class ClippedSum(NamedTuple):
 _REFERENCE_MODE = Mode(linker="cvm", optimizer="fast_compile")
 
 
+def _joined(parts: list[np.ndarray], empty_shape: tuple[int, ...]) -> np.ndarray:
+    """The chunks' per-row values as one array; a single chunk as it is (no copy of n rows)."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(empty_shape)
+
+
 def _active_check_bounds() -> bool:
     """The ``check_bounds`` that ``pm.pytensorf.compile`` takes from the model in context."""
     try:
@@ -978,7 +985,7 @@ class RowLikelihood:
         theta = self.space.as_theta(theta)
         chunks = self._chunks(rows, _count, values_only=True)
         parts = [self._private_call(self._f_loglik, theta, *c) for c in chunks]
-        return np.concatenate(parts) if parts else np.zeros(0)
+        return _joined(parts, (0,))
 
     def clipped_grad_sum(
         self,
@@ -1118,7 +1125,7 @@ class RowLikelihood:
             parts.append(value)
             total += float(clipped)
             start = stop
-        return np.concatenate(parts), total
+        return _joined(parts, (0,)), total
 
     def centred_ratio_rows(
         self, theta: np.ndarray, theta_new: np.ndarray, centre: releases.Centre
@@ -1231,7 +1238,7 @@ class RowLikelihood:
         theta = self.space.as_theta(theta)
         fn = self._grad_rows_fn()
         parts = [self._private_call(fn, theta, *chunk) for chunk in self._chunks(rows, True)]
-        return np.concatenate(parts) if parts else np.zeros((0, self.ndim))
+        return _joined(parts, (0, self.ndim))
 
     def grad_norm_counts(
         self,

@@ -86,3 +86,15 @@ def test_another_thread_gets_its_own_function():
     thread.start()
     thread.join()
     assert got and got[0] is not RowLikelihood(_model(Y))._f_loglik
+
+
+@pytest.mark.parametrize("backend", [None, "JAX"])
+def test_per_row_values_returned_earlier_are_not_overwritten_by_later_calls(backend):
+    # a single chunk's values are returned without a copy and kept in the per-row caches; a
+    # later call, also by another oracle sharing the compiled function, must not write into them
+    first, second = RowLikelihood(_model(Y), backend=backend), RowLikelihood(_model(Y + 1.0))
+    kept = first.loglik_rows(THETA)
+    expected = stats.norm(0.7, 1.5).logpdf(Y)
+    first.loglik_rows(THETA + 1.0)
+    second.loglik_rows(THETA)
+    np.testing.assert_allclose(kept, expected)
