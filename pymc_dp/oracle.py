@@ -117,6 +117,23 @@ class ClippedSum(NamedTuple):
 _REFERENCE_MODE = Mode(linker="cvm", optimizer="fast_compile")
 
 
+def _compile_once(inputs: list[Variable], outputs: list[Variable]) -> Any:
+    """A function of the model's value variables evaluated once per build (reference, checks).
+
+    Compiled with PyMC's compile (its RNG and check-bounds handling) in the light mode
+    :data:`_REFERENCE_MODE`, and remembered (:func:`cached_compile`) for a rebuild of the
+    same graph.
+    """
+    return cached_compile(
+        inputs,
+        outputs,
+        lambda: pm.pytensorf.compile(
+            inputs, outputs, on_unused_input="ignore", mode=_REFERENCE_MODE
+        ),
+        key=("reference", _active_check_bounds()),
+    )
+
+
 def _joined(parts: list[np.ndarray], empty_shape: tuple[int, ...]) -> np.ndarray:
     """The chunks' per-row values as one array; a single chunk as it is (no copy of n rows)."""
     if len(parts) == 1:
@@ -754,14 +771,7 @@ class RowLikelihood:
         pregrad = rewrite_graph(copy, include=("canonicalize", "stabilize"))
         grads = pm.pytensorf.gradient(pregrad, self.value_vars)
         outputs = [pt.add(*self._lik_terms), total, grads]
-        reference = cached_compile(
-            model.value_vars,
-            outputs,
-            lambda: pm.pytensorf.compile(
-                model.value_vars, outputs, on_unused_input="ignore", mode=_REFERENCE_MODE
-            ),
-            key=("reference", _active_check_bounds()),
-        )
+        reference = _compile_once(model.value_vars, outputs)
         expected, logp, dlogp = self._private_call(
             reference, *[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
         )
@@ -889,12 +899,7 @@ class RowLikelihood:
         if not checks:
             return
         model = self.model
-        check = pm.pytensorf.compile(
-            model.value_vars,
-            [ok for _, ok in checks],
-            on_unused_input="ignore",
-            mode=_REFERENCE_MODE,  # evaluated once
-        )
+        check = _compile_once(model.value_vars, [ok for _, ok in checks])
         point = self._initial_point
         results = self._private_call(check, *[point[v.name] for v in model.value_vars])
         bad = sorted({name for (name, _), ok in zip(checks, results, strict=True) if not ok})
