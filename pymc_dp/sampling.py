@@ -75,7 +75,9 @@ def sample(
     cores, random_seed, progressbar, **kwargs
         Passed to ``pm.sample``. ``random_seed`` seeds the public randomness only (the private
         initialisation's designs, proposals, momenta, accept draws), so a run is reproducible
-        up to its DP noise; DP noise never comes from it.
+        up to its DP noise; DP noise never comes from it. For a step compiled with JAX
+        (``compile_kwargs={"mode": "JAX"}``) ``mp_ctx`` defaults to ``"forkserver"`` (``"spawn"``
+        where there is none): JAX hangs in a forked worker.
 
     Returns
     -------
