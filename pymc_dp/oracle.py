@@ -134,6 +134,17 @@ def _compile_once(inputs: list[Variable], outputs: list[Variable]) -> Any:
     )
 
 
+def _chunk_bytes_for(backend: str | None) -> int:
+    """Bytes per chunk of rows for the backend (with JAX: for the device it runs on)."""
+    if backend is None:
+        return _CHUNK_BYTES
+    _compile.jax_started()  # the fork check's reference: JAX starts in this process here
+    import jax  # check_backend found it
+
+    device = "cpu" if jax.default_backend() == "cpu" else "accelerator"
+    return _CHUNK_BYTES_JAX[device]
+
+
 def _joined(parts: list[np.ndarray], empty_shape: tuple[int, ...]) -> np.ndarray:
     """The chunks' per-row values as one array; a single chunk as it is (no copy of n rows)."""
     if len(parts) == 1:
@@ -258,6 +269,7 @@ class RowLikelihood:
     ) -> None:
         self.model = pm.modelcontext(model)
         self.backend = check_backend(backend)
+        self._chunk_bytes = _chunk_bytes_for(self.backend)  # once: _chunks reads it every pass
         if gradient_method not in ("auto", "vectorize", "jacobian"):
             raise InvalidParameterError(
                 f"gradient_method={gradient_method!r} is not one of 'auto', 'vectorize', "
@@ -1286,16 +1298,6 @@ class RowLikelihood:
         return counts
 
     # ------------------------------------------------------------------ helpers
-
-    @property
-    def _chunk_bytes(self) -> int:
-        if self.backend is None:
-            return _CHUNK_BYTES
-        _compile.jax_started()  # the fork check's reference: JAX starts in this process here
-        import jax  # the backend's check found it
-
-        device = "cpu" if jax.default_backend() == "cpu" else "accelerator"
-        return _CHUNK_BYTES_JAX[device]
 
     def _compile(self, inputs: list[Variable], outputs: Any) -> Any:
         """Compile a per-row function for this oracle's backend (build time or first use)."""
