@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
+import pymc as pm
 import pytest
 from _gaussian_models import gaussian_setup, normal_model
 from hypothesis import given, settings
@@ -27,6 +28,7 @@ from pymc_dp.convergence import check_convergence
 from pymc_dp.errors import BudgetExceededError, InvalidParameterError
 from pymc_dp.kernels.initialization import (
     covariance_from_fisher,
+    loose_directions,
     newton_step,
     unresolved_directions,
 )
@@ -564,3 +566,43 @@ def test_unresolved_directions_count_the_eigenvalues_under_the_noise_radius():
         fisher = (basis * strong) @ basis.T + noise
         assert unresolved_directions(fisher, sigma) == 7
     assert unresolved_directions((basis * strong) @ basis.T, 1e-9) == 0  # no noise: all seen
+
+
+def test_loose_directions_are_unresolved_ones_whose_information_range_is_wide():
+    """An unresolved direction is loose when the prior does not pin its information: its
+    range ``[π + max(λ − r, 0), π + λ + r]`` spans more than the factor."""
+    sigma = 1.0  # the noise radius 2σ√d ≈ 2.83
+    fisher = np.diag([100.0, 0.5])  # the second direction is under the radius
+    flat = np.zeros((2, 2))
+    assert loose_directions(fisher, np.ones(2), sigma, flat) == 1  # [0, 3.3]: loose
+    informed = -np.diag([0.0, 50.0])  # a prior with information 50 along it: [50, 53.3]
+    assert loose_directions(fisher, np.ones(2), sigma, informed) == 0
+    # the whitening scales the prior's information into the release's coordinates
+    assert loose_directions(fisher, np.array([1.0, 0.1]), sigma, informed) == 1  # 0.5 there
+    assert loose_directions(np.diag([100.0, 50.0]), np.ones(2), sigma, flat) == 0  # resolved
+    assert loose_directions(fisher, np.ones(2), sigma, flat, factor=np.inf) == 0
+
+
+@pytest.mark.slow
+def test_the_sampler_metric_spans_a_ridge_the_likelihood_does_not_inform():
+    """``y ~ N(a + b, 1)``, ``a, b ~ N(0, 1)``: the rows inform ``a + b`` only, and along
+    ``a − b`` the posterior is the prior's (sd 1). The centring's Fisher release leaves that
+    direction unresolved; without further reads ``Σ̂`` took the initialisation's curvature
+    there, capped by the release's noise radius (the zoo's hierarchy at n = 10⁶: sds 0.03–0.06
+    of the truth along its ridge, R̂ 1.77). The reads in the whitening each estimate gives
+    bring it to the prior's."""
+    rng = np.random.default_rng(0)
+    n = 20_000
+    y = rng.normal(0.3, 1.0, size=n)
+    with pm.Model():
+        a = pm.Normal("a", 0.0, 1.0)
+        b = pm.Normal("b", 0.0, 1.0)
+        pm.Normal("y", mu=a + b, sigma=1.0, observed=y)
+        step = pymc_dp.DPPenalty(budget=pymc_dp.PrivacyBudget(5.0, 1e-6), noise_rng=0, rng=0)
+        step.prepare(chains=2)
+    covariance = step._centring.metric @ step._centring.metric.T
+    ridge = np.array([1.0, -1.0]) / np.sqrt(2.0)
+    across = np.array([1.0, 1.0]) / np.sqrt(2.0)
+    exact_ridge, exact_across = 1.0, 1.0 / (2.0 * n + 1.0)  # posterior variances
+    assert 0.25 < ridge @ covariance @ ridge / exact_ridge < 4.0
+    assert 0.25 < across @ covariance @ across / exact_across < 4.0

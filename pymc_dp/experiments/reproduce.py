@@ -55,17 +55,41 @@ def _quiet() -> None:
 
 def _comparison_task(task: dict[str, Any]) -> dict[str, Any]:
     _quiet()
-    from pymc_dp.experiments.run import run
+    from pymc_dp import PyMCDPError
+    from pymc_dp.experiments.problems import get_problem
+    from pymc_dp.experiments.run import RunResult, run
 
-    result, _ = run(
-        task["problem"],
-        task["step"],
-        task["epsilon"],
-        task["seed"],
-        n=task["n"],
-        max_iterations=task["max_iterations"],
-        recipe=task["recipe"],
-    )
+    try:
+        result, _ = run(
+            task["problem"],
+            task["step"],
+            task["epsilon"],
+            task["seed"],
+            n=task["n"],
+            max_iterations=task["max_iterations"],
+            recipe=task["recipe"],
+        )
+    except PyMCDPError as error:
+        if task["recipe"] != "private":
+            raise
+        # the private pipeline may refuse before sampling (e.g. a clip it cannot bound): an
+        # outcome a user would see, recorded (no draws, no score) rather than ending the table
+        nan = float("nan")
+        result = RunResult(
+            problem=task["problem"],
+            step=task["step"],
+            recipe=task["recipe"],
+            epsilon=float(task["epsilon"]),
+            seed=int(task["seed"]),
+            n=get_problem(task["problem"]).n if task["n"] is None else int(task["n"]),
+            iterations=0,
+            acceptance=nan,
+            clipped_fraction=nan,
+            score=nan,
+            floor=nan,
+            metric=f"refused: {type(error).__name__}",
+            seconds=nan,
+        )
     return result.as_row()
 
 
@@ -222,9 +246,11 @@ def write_comparison_table(path: Path, out: Path) -> None:
                 if step != "exact-sample floor":
                     at = [r for r in at if r["step"] == step]
                 key = "floor" if step == "exact-sample floor" else "score"
+                refused = sum(r["metric"].startswith("refused") for r in at)
+                at = [r for r in at if not r["metric"].startswith("refused")]
                 values = [float(r[key]) for r in at]
                 if not values:
-                    cells.append("")
+                    cells.append(f"{refused} refused" if refused and key == "score" else "")
                     continue
                 its = int(np.median([int(r["iterations"]) for r in at]))
                 cell = f"{np.median(values):.3f}"
@@ -234,6 +260,8 @@ def write_comparison_table(path: Path, out: Path) -> None:
                     # this step's own floor: it depends on how many draws its runs kept
                     own_floor = np.median([float(r["floor"]) for r in at])
                     cell += f"; {its} it; floor {own_floor:.2f}"
+                    if refused:
+                        cell += f"; {refused} refused before sampling"
                 cells.append(cell)
             lines.append(f"| {problem.replace('_', ' ')} | {step} | " + " | ".join(cells) + " |")
     out.write_text("\n".join(lines) + "\n")
@@ -267,7 +295,7 @@ def plot_comparison(path: Path, out: Path) -> None:
     plt = pyplot()
     import numpy as np
 
-    rows = _rows(path)
+    rows = [r for r in _rows(path) if not r["metric"].startswith("refused")]
     problems = list(dict.fromkeys(r["problem"] for r in rows))
     fig, axes = plt.subplots(
         1, len(problems), figsize=(4.6 * len(problems), 4.0), squeeze=False, constrained_layout=True

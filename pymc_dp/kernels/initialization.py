@@ -31,6 +31,7 @@ __all__ = [
     "AscentResult",
     "covariance_from_fisher",
     "gradient_design",
+    "loose_directions",
     "newton_from_designs",
     "newton_step",
     "noisy_gradient_ascent",
@@ -336,6 +337,10 @@ def covariance_from_fisher(
     return 0.5 * (covariance + covariance.T)
 
 
+#: An unresolved direction is loose when its information's range spans more than this factor.
+_LOOSE_FACTOR = 4.0
+
+
 def _fisher_noise_radius(noise_std: float, d: int) -> float:
     """``r = 2σ√d``: about the spectral norm of a symmetric ``d × d`` noise of entry sd ``σ``."""
     return 2.0 * float(noise_std) * math.sqrt(d)
@@ -351,6 +356,41 @@ def unresolved_directions(fisher: np.ndarray, noise_std: float) -> int:
     fisher = np.asarray(fisher, dtype=float)
     values = np.linalg.eigvalsh(0.5 * (fisher + fisher.T))
     return int(np.sum(values < _fisher_noise_radius(noise_std, fisher.shape[0])))
+
+
+def loose_directions(
+    fisher: np.ndarray,
+    whitening: np.ndarray,
+    noise_std: float,
+    prior_hessian: np.ndarray,
+    factor: float = _LOOSE_FACTOR,
+) -> int:
+    """How many unresolved directions of a released Fisher matrix leave the posterior's
+    information along them uncertain by more than ``factor``.
+
+    Along an eigenvector ``e_k`` of ``F`` below the noise radius ``r``
+    (:func:`unresolved_directions`) the likelihood's information is somewhere in
+    ``[max(λ_k − r, 0), λ_k + r]``, and the posterior's in that range plus the prior's
+    ``π_k = e_kᵀ P Π Pᵀ e_k`` (``P`` the release's ``whitening``, ``Π`` the prior's information,
+    :func:`prior_information`). The direction is *loose* when the top of the range is more than
+    ``factor`` times its bottom. A loose direction is either a ridge the likelihood does not
+    inform (a hierarchy's ``μ_a, σ_a`` against its ``z_j``), or one the whitening squeezed (a
+    curved ridge read with the curvature of another point): a release in the whitening the
+    first one gives spreads the clip over it and tightens the range in both cases. Public
+    (post-processing of the release).
+    """
+    fisher = 0.5 * (np.asarray(fisher, dtype=float) + np.asarray(fisher, dtype=float).T)
+    d = fisher.shape[0]
+    matrix = np.asarray(whitening, dtype=float)
+    if matrix.ndim == 1:
+        matrix = np.diag(matrix)
+    radius = _fisher_noise_radius(noise_std, d)
+    values, vectors = np.linalg.eigh(fisher)
+    prior = matrix @ prior_information(prior_hessian) @ matrix.T
+    along = np.einsum("ik,ij,jk->k", vectors, prior, vectors)
+    low = along + np.maximum(values - radius, 0.0)
+    high = along + values + radius
+    return int(np.sum((values < radius) & (high > factor * low)))
 
 
 def newton_step(

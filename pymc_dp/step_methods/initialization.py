@@ -59,6 +59,7 @@ from pymc_dp.kernels.initialization import (
     AscentParams,
     covariance_from_fisher,
     gradient_design,
+    loose_directions,
     newton_from_designs,
     noisy_gradient_ascent,
     pooled_mode,
@@ -624,6 +625,13 @@ _CENTRE_STEP_PRECISION = 8.0
 _CENTRE_MAX_RELEASES = 12
 #: A step whose gradient is within this many noise lengths of zero ends the Newton steps.
 _CENTRE_STOP_SIGNAL = 3.0
+#: Extra Fisher releases at a round's centre, in all, while the last one bounds some direction's
+#: information only loosely (:func:`~pymc_dp.kernels.initialization.loose_directions`).
+_SHARPENING_READS = 4
+#: ... while what is left after one is at least this share of what the first round's steps
+#: began with (``Ĝ`` and the sampler keep that much; a loose direction's metric can be off by
+#: hundreds of times, a read costs a few per cent of the capacity).
+_SHARPENING_LEFT = 1.0 / 6.0
 #: Rounds of (Fisher, Newton steps, norm histogram) at most; another round when the last one's
 #: steps moved the centre further than this many posterior sds from where it read the Fisher.
 _CENTRING_ROUNDS = 3
@@ -665,6 +673,9 @@ class Centring(NamedTuple):
         keeps the initialisation's rougher curvature.
     rounds : int
         Rounds of (Fisher, Newton steps, norm histogram) (:func:`private_centring`).
+    sharpened : int
+        Fisher releases at the centre after the rounds, for loosely bounded directions
+        (:func:`private_centring`, step 4).
     histograms : int
         Histogram releases: the norm histograms (one per round and one at ``θ*``) and the
         ratio histogram (a round dropped for a singular curvature reserved its norm
@@ -682,6 +693,7 @@ class Centring(NamedTuple):
     unresolved: int = 0
     rounds: int = 1
     histograms: int = 3
+    sharpened: int = 0
 
     def shift_sd(self) -> float:
         """The largest standard deviation, in posterior sd, of the mean's shift ``Σ ξ``.
@@ -765,7 +777,22 @@ def private_centring(
        ``θ_c`` with the clip ``C`` and the whitening ``P``, then Newton steps with it (the
        first round's allowance), then a norm histogram at the new ``θ_c``. ``Σ̂``, ``P`` and
        ``Ĝ``'s clip are the last usable round's.
-    4. ``Ĝ``: one :class:`~pymc_dp.mechanisms.CentreGradientRelease` at ``θ_c`` with what is
+    4. **Sharper curvature for the sampler.** While the last Fisher release leaves a direction
+       whose information it bounds only loosely
+       (:func:`~pymc_dp.kernels.initialization.loose_directions`: the top of its range more
+       than four times the bottom, the prior's information included), up to
+       ``_SHARPENING_READS`` more :class:`~pymc_dp.mechanisms.FisherRelease` at ``θ_c`` (while
+       what is left after one is at least ``_SHARPENING_LEFT`` of what the first round's steps
+       began with), each of ``histogram_share · M*`` reserved before its read, each whitened
+       with the ``P`` the
+       last estimate gives and its clip carried over by the rows' typical norms. Such a
+       direction is a ridge the likelihood does not inform (a non-centred hierarchy's
+       ``μ_a, σ_a`` against its ``z_j``) or one the whitening squeezed; the new whitening
+       spreads the clip over it, and each read tightens its bound (by 6–8 times on the zoo's
+       hierarchy at n = 10⁶). ``Σ̂`` (the sampler's metric), ``P`` and the clip of ``Ĝ``
+       are then the last read's; the Newton steps above keep the tighter curvature, which holds
+       them near a curved ridge.
+    5. ``Ĝ``: one :class:`~pymc_dp.mechanisms.CentreGradientRelease` at ``θ_c`` with what is
        left of the budget once the sampler's need ``sampler_mu(h)`` (PLD ``μ`` of the planned
        run at its target noise, a function of the released ``h``) is set aside, and at least
        half of it. The noise of ``Ĝ`` tilts the sampler's target by ``exp(ξ·θ)``
@@ -794,7 +821,7 @@ def private_centring(
     if not np.isfinite(clip):  # nothing visible: four times the typical norm if Σ̂₀ is right
         clip = 4.0 * _typical_norm(np.linalg.inv(start.covariance), whitening, n)
     theta_c = np.array(start.theta, dtype=float)
-    step_mus, rounds, next_mu = [], 0, None
+    step_mus, rounds, next_mu, sharpened = [], 0, None, 0
     covariance, fisher = start.covariance, None
     while True:
         rounds += 1
@@ -819,7 +846,9 @@ def private_centring(
         clip = _rescaled_clip(clip, information, whitening, old_whitening, n)
         # Newton steps from there with whitened gradients: each step's share is fixed in the
         # first round (a share of what is left then, split evenly)
-        remaining = _remaining_mu(budget, start, rounds, mu_histogram, step_mus)
+        remaining = _remaining_mu(
+            budget, start, _centring_histograms(rounds, sharpened), mu_histogram, step_mus
+        )
         if rounds == 1:
             first_remaining = remaining
             step_mu = _CENTRE_STEP_SHARE * remaining / _CENTRE_STEPS
@@ -870,7 +899,8 @@ def private_centring(
                 np.linalg.solve(np.linalg.cholesky(round_covariance), theta_c - round_start)
             )
         )
-        left = _remaining_mu(budget, start, rounds, mu_histogram, step_mus) - 2 * mu_histogram
+        histograms = _centring_histograms(rounds, sharpened)
+        left = _remaining_mu(budget, start, histograms, mu_histogram, step_mus) - 2 * mu_histogram
         if (
             rounds >= _CENTRING_ROUNDS
             or moved <= max(_RECENTRE_SD, _RECENTRE_NOISE * noise_length)
@@ -880,8 +910,46 @@ def private_centring(
             break
         budget.reserve(histogram_event, 2, mechanism=f"{label} (centring: curvature again)")
         channel.counter.allow(histogram_event, 2)
+    # directions the last release bounds only loosely (a ridge the likelihood does not inform,
+    # a hierarchy's μ_a, σ_a against its z_j; or one its whitening squeezed): read the
+    # curvature again at the centre, in the whitening the last estimate gives, which spreads
+    # the clip over those directions and tightens their bound. Only the sampler's metric takes
+    # it: the Newton steps above keep the tighter curvature, which holds them near a curved
+    # ridge. The centre's gradient is released in the new whitening (its noise then tilts every
+    # direction by the same number of posterior sds; in the old one, a squeezed direction's
+    # noise was stretched back by as much), the clip carried over by the rows' typical norms
+    fisher_whitening = old_whitening
+    prior = prior_hessian(space.logprior_grad, theta_c)  # public
+    sharp_clip, sharp_whitening = clip, whitening
+    while (
+        sharpened < _SHARPENING_READS
+        and loose_directions(fisher.value, fisher_whitening, fisher.noise_std, prior) > 0
+        and budget.fits(histogram_event, 1)
+        and _remaining_mu(
+            budget, start, _centring_histograms(rounds, sharpened), mu_histogram, step_mus
+        )
+        - mu_histogram
+        >= _SHARPENING_LEFT * first_remaining
+    ):
+        budget.reserve(histogram_event, 1, mechanism=f"{label} (centring: curvature again)")
+        channel.counter.allow(histogram_event, 1)
+        sharpened += 1
+        sharper = FisherRelease(
+            channel, grad_clip=sharp_clip, noise_multiplier=z_histogram, whitening=sharp_whitening
+        )(theta_c)
+        sharper_covariance = covariance_from_fisher(
+            sharper.value, sharp_whitening, sharper.noise_std, prior, fallback=covariance
+        )
+        if not _usable(sharper_covariance):
+            break
+        fisher, fisher_whitening, covariance = sharper, sharp_whitening, sharper_covariance
+        sharp_whitening = _whitening_of(np.linalg.cholesky(covariance))
+        sharp_clip = _rescaled_clip(
+            sharp_clip, np.linalg.inv(covariance), sharp_whitening, fisher_whitening, n
+        )
+    whitening, clip = sharp_whitening, sharp_clip
     metric = np.linalg.cholesky(covariance)
-    histograms = _centring_histograms(rounds)
+    histograms = _centring_histograms(rounds, sharpened)
     centre = Centre(theta_c, float(clip), whitening)
     template = CentredLLRRelease(  # for the bound only: it releases nothing
         channel,
@@ -900,7 +968,9 @@ def private_centring(
     m = pairs.shape[0]
     remainder_clip = _clip(counts.value, counts.noise_std, n * m, "centred ratios", per_row=m)
 
-    remaining = _remaining_mu(budget, start, rounds, mu_histogram, step_mus)
+    remaining = _remaining_mu(
+        budget, start, _centring_histograms(rounds, sharpened), mu_histogram, step_mus
+    )
     mu_gradient = max(remaining - float(sampler_mu(remainder_clip)), 0.5 * remaining)
     z_gradient = math.sqrt(1.0 / (2.0 * mu_gradient))
     gradient_event = GaussianCost.from_noise_multiplier(z_gradient)
@@ -919,15 +989,16 @@ def private_centring(
         mu=float(histograms * histogram_mu + steps_mu + gradient_event.gaussian_mu()),
         phases={
             # the norm histograms and the ratio histogram; the Fisher releases are curvature
-            "clip selection": (histograms - rounds) * histogram_mu,
+            "clip selection": (histograms - rounds - sharpened) * histogram_mu,
             "initialisation": float(
-                rounds * histogram_mu + steps_mu + gradient_event.gaussian_mu()
+                (rounds + sharpened) * histogram_mu + steps_mu + gradient_event.gaussian_mu()
             ),
         },
-        releases=1 + rounds + len(step_mus),
+        releases=1 + rounds + sharpened + len(step_mus),
         unresolved=unresolved_directions(fisher.value, fisher.noise_std),
         rounds=rounds,
         histograms=rounds + 2,
+        sharpened=sharpened,
     )
 
 
@@ -1058,20 +1129,20 @@ def _usable(covariance: np.ndarray) -> bool:
     return bool(values[0] > 0 and values[-1] < 1e12 * values[0])
 
 
-def _centring_histograms(rounds: int) -> int:
-    """Histogram-sized releases of a centring of ``rounds`` rounds (two more per extra round)."""
-    return _CENTRING_HISTOGRAMS + 2 * (rounds - 1)
+def _centring_histograms(rounds: int, sharpened: int = 0) -> int:
+    """Histogram-sized releases of a centring of ``rounds`` rounds (two more per extra round)
+    and ``sharpened`` extra Fisher releases (:func:`private_centring`, step 4)."""
+    return _CENTRING_HISTOGRAMS + 2 * (rounds - 1) + sharpened
 
 
 def _remaining_mu(
-    budget: object, start: PrivateStart, rounds: int, mu_histogram: float, step_mus: list[float]
+    budget: object, start: PrivateStart, histograms: int, mu_histogram: float, step_mus: list[float]
 ) -> float:
     """What the ledger has left (PLD ``μ``); on a ledger with non-Gaussian spending, the
-    capacity less the initialisation, the centring's histogram-sized releases of ``rounds``
-    rounds and its Newton steps so far."""
+    capacity less the initialisation, the centring's ``histograms`` histogram-sized releases
+    and its Newton steps so far."""
     remaining = budget.report().remaining_mu
     if remaining is None:
-        histograms = _centring_histograms(rounds)
         remaining = budget.capacity_mu - start.mu - histograms * mu_histogram - sum(step_mus)
     return max(float(remaining), 0.0)
 
