@@ -247,7 +247,10 @@ def predict_centre_shift(
     That is one round of the centring: when the initialisation ends far from the mode, each
     further round (theory §7, step 8) takes up to another 6 % of ``M*`` and another quarter,
     and the tilt can be up to about 1.3 times the prediction after two rounds, about 2.8
-    times after three.
+    times after three. Where the released curvature bounds a direction only loosely (a ridge
+    the likelihood does not inform), up to four sharper Fisher reads and a histogram take
+    another 3 % of ``M*`` each, leaving at least a sixth of the first round's start: up to
+    about 2.4 times the prediction with one round.
     Public quantities only: use it before touching the data. At about 1 or more, the
     released posterior's means can be off by a posterior sd or more whatever the sampler
     does; what helps is a larger ``epsilon`` or more rows. After the private initialisation,

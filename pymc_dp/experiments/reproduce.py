@@ -55,7 +55,7 @@ def _quiet() -> None:
 
 def _comparison_task(task: dict[str, Any]) -> dict[str, Any]:
     _quiet()
-    from pymc_dp import PyMCDPError
+    from pymc_dp import InsufficientDataError
     from pymc_dp.experiments.problems import get_problem
     from pymc_dp.experiments.run import RunResult, run
 
@@ -69,11 +69,11 @@ def _comparison_task(task: dict[str, Any]) -> dict[str, Any]:
             max_iterations=task["max_iterations"],
             recipe=task["recipe"],
         )
-    except PyMCDPError as error:
+    except InsufficientDataError as error:
         if task["recipe"] != "private":
             raise
-        # the private pipeline may refuse before sampling (e.g. a clip it cannot bound): an
-        # outcome a user would see, recorded (no draws, no score) rather than ending the table
+        # the private pipeline refuses before sampling when it cannot bound a clip: an outcome
+        # a user would see, recorded (no draws, no score) rather than ending the table
         nan = float("nan")
         result = RunResult(
             problem=task["problem"],
@@ -297,6 +297,9 @@ def plot_comparison(path: Path, out: Path) -> None:
 
     rows = [r for r in _rows(path) if not r["metric"].startswith("refused")]
     problems = list(dict.fromkeys(r["problem"] for r in rows))
+    if not problems:  # every run refused: nothing to plot
+        print(f"no sampled runs in {path}: {out} not written")
+        return
     fig, axes = plt.subplots(
         1, len(problems), figsize=(4.6 * len(problems), 4.0), squeeze=False, constrained_layout=True
     )

@@ -304,12 +304,7 @@ def covariance_from_fisher(
     likelihood does not inform — made the zoo's mixture, whose Fisher far from the mode
     resolves few directions, 10–50 times too wide and its centre 100–1400 sd off.)
     """
-    fisher = 0.5 * (np.asarray(fisher, dtype=float) + np.asarray(fisher, dtype=float).T)
-    d = fisher.shape[0]
-    matrix = np.asarray(whitening, dtype=float)
-    if matrix.ndim == 1:
-        matrix = np.diag(matrix)
-    radius = _fisher_noise_radius(noise_std, d)
+    fisher, matrix, radius = _released_fisher(fisher, whitening, noise_std)
     prior_part = prior_information(prior_hessian)
     values, vectors = np.linalg.eigh(fisher)
     unresolved = values < radius
@@ -339,6 +334,18 @@ def covariance_from_fisher(
 
 #: An unresolved direction is loose when its information's range spans more than this factor.
 _LOOSE_FACTOR = 4.0
+
+
+def _released_fisher(
+    fisher: np.ndarray, whitening: np.ndarray, noise_std: float
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """A released Fisher matrix symmetrised, its whitening as a ``d × d`` matrix, and its noise
+    radius ``2σ√d`` (:func:`_fisher_noise_radius`)."""
+    fisher = 0.5 * (np.asarray(fisher, dtype=float) + np.asarray(fisher, dtype=float).T)
+    matrix = np.asarray(whitening, dtype=float)
+    if matrix.ndim == 1:
+        matrix = np.diag(matrix)
+    return fisher, matrix, _fisher_noise_radius(noise_std, fisher.shape[0])
 
 
 def _fisher_noise_radius(noise_std: float, d: int) -> float:
@@ -379,12 +386,7 @@ def loose_directions(
     first one gives spreads the clip over it and tightens the range in both cases. Public
     (post-processing of the release).
     """
-    fisher = 0.5 * (np.asarray(fisher, dtype=float) + np.asarray(fisher, dtype=float).T)
-    d = fisher.shape[0]
-    matrix = np.asarray(whitening, dtype=float)
-    if matrix.ndim == 1:
-        matrix = np.diag(matrix)
-    radius = _fisher_noise_radius(noise_std, d)
+    fisher, matrix, radius = _released_fisher(fisher, whitening, noise_std)
     values, vectors = np.linalg.eigh(fisher)
     prior = matrix @ prior_information(prior_hessian) @ matrix.T
     along = np.einsum("ik,ij,jk->k", vectors, prior, vectors)

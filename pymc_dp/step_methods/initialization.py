@@ -657,20 +657,21 @@ class Centring(NamedTuple):
     metric : ndarray
         ``W``: Cholesky factor of the private posterior covariance ``Σ̂`` (the last usable
         round's Fisher release, with the prior's Hessian at ``θ_c``; the initialisation's
-        ``Σ̂₀`` if no round gave a usable one).
+        ``Σ̂₀`` if no round gave a usable one; the last sharper read's when there were any).
     remainder_clip : float
         ``h``: per-row bound on the centred ratio per unit of ``‖δ‖ (‖u‖ + ‖u'‖)/2``.
     mu : float
         PLD parameter spent (every reservation of the centring).
     phases : dict
         ``μ`` per phase: the norm and ratio histograms under ``"clip selection"``, the Fisher
-        information (one per round) and the gradients under ``"initialisation"``.
+        information (one per round, and the sharper reads) and the gradients under
+        ``"initialisation"``.
     releases : int
         Releases other than histograms: the Fisher information and the gradients.
     unresolved : int
         Directions in which the last Fisher release does not resolve the information from its
         noise (:func:`~pymc_dp.kernels.initialization.unresolved_directions`); there ``Σ̂``
-        keeps the initialisation's rougher curvature.
+        takes an earlier, rougher estimate within what the release allows.
     rounds : int
         Rounds of (Fisher, Newton steps, norm histogram) (:func:`private_centring`).
     sharpened : int
@@ -785,7 +786,9 @@ def private_centring(
        what is left after one is at least ``_SHARPENING_LEFT`` of what the first round's steps
        began with), each of ``histogram_share · M*`` reserved before its read, each whitened
        with the ``P`` the
-       last estimate gives and its clip carried over by the rows' typical norms. Such a
+       last estimate gives and its clip carried over by the rows' typical norms; the first
+       also reserves a norm histogram of ``‖P ∇ℓ_i(θ_c)‖`` in the last read's ``P``, which
+       gives ``Ĝ``'s clip there. Such a
        direction is a ridge the likelihood does not inform (a non-centred hierarchy's
        ``μ_a, σ_a`` against its ``z_j``) or one the whitening squeezed; the new whitening
        spreads the clip over it, and each read tightens its bound (by 6–8 times on the zoo's
@@ -917,22 +920,26 @@ def private_centring(
     # it: the Newton steps above keep the tighter curvature, which holds them near a curved
     # ridge. The centre's gradient is released in the new whitening (its noise then tilts every
     # direction by the same number of posterior sds; in the old one, a squeezed direction's
-    # noise was stretched back by as much), the clip carried over by the rows' typical norms
+    # noise was stretched back by as much), with the clip of a norm histogram in it
     fisher_whitening = old_whitening
     prior = prior_hessian(space.logprior_grad, theta_c)  # public
     sharp_clip, sharp_whitening = clip, whitening
-    while (
-        sharpened < _SHARPENING_READS
-        and loose_directions(fisher.value, fisher_whitening, fisher.noise_std, prior) > 0
-        and budget.fits(histogram_event, 1)
-        and _remaining_mu(
-            budget, start, _centring_histograms(rounds, sharpened), mu_histogram, step_mus
-        )
-        - mu_histogram
-        >= _SHARPENING_LEFT * first_remaining
-    ):
-        budget.reserve(histogram_event, 1, mechanism=f"{label} (centring: curvature again)")
-        channel.counter.allow(histogram_event, 1)
+    while True:
+        # the first read also reserves the norm histogram that gives Ĝ's clip afterwards
+        events = 1 if sharpened else 2
+        if (
+            sharpened >= _SHARPENING_READS
+            or loose_directions(fisher.value, fisher_whitening, fisher.noise_std, prior) == 0
+            or not budget.fits(histogram_event, events)
+            or _remaining_mu(
+                budget, start, _centring_histograms(rounds, sharpened), mu_histogram, step_mus
+            )
+            - events * mu_histogram
+            < _SHARPENING_LEFT * first_remaining
+        ):
+            break
+        budget.reserve(histogram_event, events, mechanism=f"{label} (centring: sharper curvature)")
+        channel.counter.allow(histogram_event, events)
         sharpened += 1
         sharper = FisherRelease(
             channel, grad_clip=sharp_clip, noise_multiplier=z_histogram, whitening=sharp_whitening
@@ -948,6 +955,10 @@ def private_centring(
             sharp_clip, np.linalg.inv(covariance), sharp_whitening, fisher_whitening, n
         )
     whitening, clip = sharp_whitening, sharp_clip
+    if sharpened:  # Ĝ's clip from the rows' norms in the new whitening (reserved above)
+        sharp_norms_clip = _norm_clip(channel, theta_c, whitening, z_histogram)
+        if np.isfinite(sharp_norms_clip):
+            clip = sharp_norms_clip
     metric = np.linalg.cholesky(covariance)
     histograms = _centring_histograms(rounds, sharpened)
     centre = Centre(theta_c, float(clip), whitening)
@@ -997,7 +1008,7 @@ def private_centring(
         releases=1 + rounds + sharpened + len(step_mus),
         unresolved=unresolved_directions(fisher.value, fisher.noise_std),
         rounds=rounds,
-        histograms=rounds + 2,
+        histograms=rounds + 2 + (sharpened > 0),
         sharpened=sharpened,
     )
 
@@ -1131,8 +1142,9 @@ def _usable(covariance: np.ndarray) -> bool:
 
 def _centring_histograms(rounds: int, sharpened: int = 0) -> int:
     """Histogram-sized releases of a centring of ``rounds`` rounds (two more per extra round)
-    and ``sharpened`` extra Fisher releases (:func:`private_centring`, step 4)."""
-    return _CENTRING_HISTOGRAMS + 2 * (rounds - 1) + sharpened
+    and ``sharpened`` extra Fisher releases with, when there are any, their norm histogram
+    (:func:`private_centring`, step 4)."""
+    return _CENTRING_HISTOGRAMS + 2 * (rounds - 1) + sharpened + (sharpened > 0)
 
 
 def _remaining_mu(

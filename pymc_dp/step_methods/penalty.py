@@ -407,9 +407,10 @@ class DPPenalty(DPStep):
 
         The centring's Fisher release (public, post-processing): along these eigenvectors its
         noise is larger than the information, and the private posterior covariance ``Σ̂``
-        (the proposals' scale, the chains' spread) keeps the initialisation's rougher
-        estimate, which can be far off where parameters are strongly correlated (a
-        non-centred hierarchy). ``pymc_dp.sample`` warns when that is more than half of them.
+        (the proposals' scale, the chains' spread) takes an earlier, rougher estimate within
+        what the release allows, which can be far off where parameters are strongly
+        correlated (a non-centred hierarchy). ``pymc_dp.sample`` warns when that is more than
+        half of them.
         ``None`` before the centring or without the control variate.
         """
         centring = self._centring
