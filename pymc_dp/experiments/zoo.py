@@ -146,6 +146,37 @@ def _linear_build(data: dict[str, np.ndarray]) -> pm.Model:
     return model
 
 
+# ---------------------------------------------------------------- intercept and group offsets
+
+_OFFSET_GROUPS = 5
+_OFFSETS = np.array([0.3, -0.2, 0.5, 0.0, -0.4])
+_GROUP_OFFSETS = {"a": 1.0, "b": _OFFSETS, "beta": 0.7, "sigma": 1.5}
+
+
+def _offsets_simulate(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    p = _GROUP_OFFSETS
+    group = rng.integers(0, _OFFSET_GROUPS, size=n)
+    x = rng.normal(size=n)
+    y = p["a"] + p["b"][group] + p["beta"] * x + p["sigma"] * rng.normal(size=n)
+    return {"group": group.astype("int64"), "x": x, "y": y}
+
+
+def _offsets_build(data: dict[str, np.ndarray]) -> pm.Model:
+    """An intercept beside unconstrained group offsets: the rows inform only ``a + b_j``, and
+    along ``(a + c, b − c)`` the posterior is the prior's (a straight ridge)."""
+    coords = _obs_coords(len(data["y"]), group=np.arange(_OFFSET_GROUPS))
+    with pm.Model(coords=coords) as model:
+        group_idx = pm.Data("group_idx", data["group"], dims="obs_id")
+        x = pm.Data("x", data["x"], dims="obs_id")
+        a = pm.Normal("a", mu=0.0, sigma=10.0)
+        b = pm.Normal("b", mu=0.0, sigma=1.0, dims="group")
+        beta = pm.Normal("beta", mu=0.0, sigma=5.0)
+        sigma = pm.HalfNormal("sigma", sigma=5.0)
+        mu = a + b[group_idx] + beta * x
+        pm.Normal("y", mu=mu, sigma=sigma, observed=data["y"], dims="obs_id")
+    return model
+
+
 # ---------------------------------------------------------------- robust regression
 
 _ROBUST = {"intercept": 0.5, "slope": 2.0, "sigma": 0.5, "nu": 4.0}
@@ -414,6 +445,13 @@ ZOO: dict[str, ZooModel] = {
             _negbin_simulate,
             _negbin_build,
             _NEGBIN,
+        ),
+        ZooModel(
+            "group_offsets",
+            f"Intercept and free group offsets ({_OFFSET_GROUPS} groups; a prior-only ridge)",
+            _offsets_simulate,
+            _offsets_build,
+            _GROUP_OFFSETS,
         ),
         ZooModel(
             "hierarchical",

@@ -36,6 +36,7 @@ EXPECTED_D = {
     "logistic": 4,
     "poisson": 4,
     "negbin": 5,
+    "group_offsets": 8,
     "hierarchical": 54,
     "hierarchical_centred": 54,
     "ordinal": 5,
