@@ -785,16 +785,15 @@ def private_centring(
        ``_SHARPENING_READS`` more :class:`~pymc_dp.mechanisms.FisherRelease` at ``θ_c`` (while
        what is left after one is at least ``_SHARPENING_LEFT`` of what the first round's steps
        began with), each of ``histogram_share · M*`` reserved before its read, each whitened
-       with the ``P`` the
-       last estimate gives and its clip carried over by the rows' typical norms; the first
-       also reserves a norm histogram of ``‖P ∇ℓ_i(θ_c)‖`` in the last read's ``P``, which
-       gives ``Ĝ``'s clip there. Such a
-       direction is a ridge the likelihood does not inform (a non-centred hierarchy's
-       ``μ_a, σ_a`` against its ``z_j``) or one the whitening squeezed; the new whitening
-       spreads the clip over it, and each read tightens its bound (by 6–8 times on the zoo's
-       hierarchy at n = 10⁶). ``Σ̂`` (the sampler's metric), ``P`` and the clip of ``Ĝ``
-       are then the last read's; the Newton steps above keep the tighter curvature, which holds
-       them near a curved ridge.
+       with the ``P`` the last estimate gives and its clip carried over by the rows' typical
+       norms; the first also reserves a norm histogram of ``‖P ∇ℓ_i(θ_c)‖`` in the last
+       read's ``P``, which gives ``Ĝ``'s clip there. Such a direction is a ridge the
+       likelihood does not inform (a non-centred hierarchy's ``μ_a, σ_a`` against its
+       ``z_j``) or one the whitening squeezed; the new whitening spreads the clip over it, and
+       each read tightens its bound (by 6–8 times on the zoo's hierarchy at n = 10⁶).
+       ``Σ̂`` (the sampler's metric), ``P`` and the clip of ``Ĝ`` are then the last read's;
+       the Newton steps above keep the tighter curvature, which holds them near a curved
+       ridge.
     5. ``Ĝ``: one :class:`~pymc_dp.mechanisms.CentreGradientRelease` at ``θ_c`` with what is
        left of the budget once the sampler's need ``sampler_mu(h)`` (PLD ``μ`` of the planned
        run at its target noise, a function of the released ``h``) is set aside, and at least
