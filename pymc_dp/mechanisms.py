@@ -408,6 +408,7 @@ class CentredLLRRelease(_NoisySum):
         # W⁻¹ once: a triangular solve per point cost more than the ratio's arithmetic
         self._metric_inverse = scipy.linalg.solve_triangular(self.metric, np.eye(d), lower=True)
         self.remainder_clip = float(remainder_clip)
+        self._oracle.compile_centred()  # every call makes that pass: compiled before the chain
         self._finish()
 
     def whiten(self, theta: np.ndarray) -> np.ndarray:
@@ -418,8 +419,10 @@ class CentredLLRRelease(_NoisySum):
     def bound(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
         """``B = h ‖δ‖ (‖u‖ + ‖u'‖)/2``: public, from the two points only."""
         u, u_new = self.whiten(theta), self.whiten(theta_new)
-        radius = 0.5 * (np.linalg.norm(u) + np.linalg.norm(u_new))
-        return self.remainder_clip * float(np.linalg.norm(u_new - u)) * float(radius)
+        step = u_new - u
+        # Euclidean norms as √(v·v): np.linalg.norm's dispatch cost more than the arithmetic
+        radius = 0.5 * (math.sqrt(u @ u) + math.sqrt(u_new @ u_new))
+        return self.remainder_clip * math.sqrt(step @ step) * radius
 
     def __call__(self, theta: np.ndarray, theta_new: np.ndarray) -> Release:
         none = 0 if self.count_clipped else None

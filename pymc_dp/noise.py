@@ -55,15 +55,17 @@ class _OSBits:
 
     def __init__(self) -> None:
         self._buffer = b""
+        self._used = 0  # bytes of the buffer already handed out (never handed out again)
 
     def take(self, n: int) -> bytes:
-        if n > len(self._buffer):
-            self._buffer += os.urandom(max(_BLOCK, n))
-        out, self._buffer = self._buffer[:n], self._buffer[n:]
-        return out
+        start = self._used
+        if start + n > len(self._buffer):
+            self._buffer, start = self._buffer[start:] + os.urandom(max(_BLOCK, n)), 0
+        self._used = start + n
+        return self._buffer[start : start + n]
 
     def __getstate__(self) -> dict:
-        return {"_buffer": b""}  # a copy draws its own bytes; none travel in a pickle
+        return {"_buffer": b"", "_used": 0}  # a copy draws its own bytes; none travel in a pickle
 
     @property
     def state(self) -> None:
@@ -178,7 +180,13 @@ class NoiseSource:
         """``N(0, 1)`` draws (inverse CDF of a 127-bit uniform and a sign bit when secure)."""
         if self._pcg is not None:
             return self._pcg.standard_normal(size)
-        k = 1 if size is None else int(np.prod(size))
+        if size is None:  # one draw (every ratio release): the same arithmetic on Python ints
+            bits = self._bits.take(16)
+            hi, lo = int.from_bytes(bits[:8], "little"), int.from_bytes(bits[8:], "little")
+            u = float(hi & 0x7FFFFFFFFFFFFFFF) / _TWO64 + (float(lo) + 0.5) / _TWO128
+            z = -float(ndtri(u))
+            return -z if hi >> 63 else z
+        k = int(np.prod(size))
         words = self._uint64(2 * k)
         hi, lo = words[0::2], words[1::2]
         negative = (hi >> np.uint64(63)).astype(bool)
@@ -227,6 +235,8 @@ class NoiseSource:
         if not self.secure or scale == 0.0:
             return noisy
         grid = snapping_grid(scale)
+        if not shape and math.isfinite(noisy / grid):  # round half to even, as np.round
+            return float(round(noisy / grid) * grid)
         snapped = np.round(np.asarray(noisy) / grid) * grid
         return snapped if shape else float(snapped)
 

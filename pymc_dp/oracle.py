@@ -59,7 +59,7 @@ from pytensor.tensor.type import integer_dtypes
 from pymc_dp import _compile, releases
 from pymc_dp._batching import unbatch_blockwise
 from pymc_dp._compat import inline_ofg_node, leading_axis_indices
-from pymc_dp._compile import cached_compile, check_backend, compile_function
+from pymc_dp._compile import cached_compile, check_backend, compile_function, without_traces
 from pymc_dp._gathers import lift_gathers, row_gathers
 from pymc_dp._leaks import (
     check_deterministics,
@@ -266,6 +266,19 @@ class RowLikelihood:
         gradient_method: GradientMethod = "auto",
         validate: bool = True,
         backend: str | None = None,
+    ) -> None:
+        with without_traces():  # the package's own graphs: PyTensor's tracebacks are not shown
+            self._build(model, vars, row_data, chunk_size, gradient_method, validate, backend)
+
+    def _build(
+        self,
+        model: pm.Model | None,
+        vars: Sequence[Any] | None,
+        row_data: Sequence[Any] | None,
+        chunk_size: int | None,
+        gradient_method: GradientMethod,
+        validate: bool,
+        backend: str | None,
     ) -> None:
         self.model = pm.modelcontext(model)
         self.backend = check_backend(backend)
@@ -1121,8 +1134,7 @@ class RowLikelihood:
         bound: np.ndarray,
     ) -> tuple[np.ndarray, float]:
         """One pass over the rows: ``c(θ)`` and ``Σ_i clip(c_i(θ) − current_i, ±B)``."""
-        if self._f_centred is None:
-            self._f_centred = self._compile(*self._centred_graph)
+        self.compile_centred()
         floatX = pytensor.config.floatX
         centre_theta = np.asarray(centre.theta, dtype=floatX)
         if current is None:
@@ -1143,6 +1155,13 @@ class RowLikelihood:
             total += float(clipped)
             start = stop
         return _joined(parts, (0,)), total
+
+    def compile_centred(self) -> None:
+        """Compile the centred-ratio pass now (else on its first call): a step whose every
+        iteration makes that pass compiles it before its chain starts, so that the first
+        iteration does not pay the compilation (build time only; reads no data)."""
+        if self._f_centred is None:
+            self._f_centred = self._compile(*self._centred_graph)
 
     def centred_ratio_rows(
         self, theta: np.ndarray, theta_new: np.ndarray, centre: releases.Centre

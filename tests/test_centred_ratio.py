@@ -163,6 +163,23 @@ def test_the_centred_release_adds_the_public_linear_term_to_noisy_clipped_remain
     assert channel.counter.released[release.event] == 401 and channel.reads == reads
 
 
+def test_the_centred_pass_is_compiled_when_the_release_is_built_not_in_the_chain(monkeypatch):
+    # a chain's first iteration used to compile the pass (timed as a per-iteration cost)
+    base = RowLikelihood(SPEC.model(SPEC.simulate(300, np.random.default_rng(6))))
+    assert base._f_centred is None  # a new oracle compiles it only when asked
+    compiled = []
+    original = RowLikelihood._compile
+    monkeypatch.setattr(
+        RowLikelihood, "_compile", lambda self, *a: compiled.append(a) or original(self, *a)
+    )
+    release = _release(PrivateChannel(base, NoiseSource(5)))
+    assert len(compiled) == 1 and base._f_centred is not None
+    base.centre_rows(release.centre)  # ĝ_i, computed when a step releases Ĝ (before its chain)
+    compiled.clear()
+    release(np.array([0.3, 1.0]), np.array([-0.2, 2.0]))
+    assert not compiled  # nothing compiled by the release itself
+
+
 def test_the_centred_release_is_refused_before_reading_when_not_reserved():
     base, _ = neighbouring_oracles()
     channel = PrivateChannel(base, NoiseSource(4))

@@ -151,3 +151,29 @@ def test_a_pickled_source_carries_no_secret_bytes():
     source.standard_normal(3)  # fills the buffer
     copy = pickle.loads(pickle.dumps(source))
     assert copy._bits._buffer == b"" and len(pickle.dumps(source)) < 2000
+
+
+def test_a_scalar_release_is_the_array_release_of_the_same_bits():
+    # every ratio release is a scalar, drawn on Python integers: the same bits must give the
+    # same draw and the same snapped value as the array path (both from seeded sources)
+    scalar, array = NoiseSource(11), NoiseSource(11)
+    draws = [scalar.standard_normal() for _ in range(5000)]
+    np.testing.assert_array_equal(draws, [array.standard_normal(1)[0] for _ in range(5000)])
+    assert stats.kstest(draws, "norm").pvalue > 1e-3
+    scalar, array = NoiseSource(12), NoiseSource(12)
+    for value, scale in [(0.0, 1.0), (-3.7, 0.01), (1e6, 250.0), (2.5e-3, 1e-5)] * 500:
+        released = scalar.release(value, scale)
+        expected = array.release(np.array([value]), scale)[0]
+        assert isinstance(released, float) and released == expected
+        assert not (released == 0.0 and np.signbit(released))  # never a negative zero
+
+
+def test_os_bytes_are_handed_out_once_across_refills(monkeypatch):
+    counter = iter(range(10**6))
+    monkeypatch.setattr(
+        noise_module.os, "urandom", lambda n: bytes(next(counter) % 256 for _ in range(n))
+    )
+    bits = noise_module._OSBits()
+    taken = b"".join(bits.take(k) for k in [16, 8, 4000, 100, 5000, 16] * 3)
+    expected = bytes(i % 256 for i in range(len(taken)))
+    assert taken == expected  # consecutive bytes of the stream: none repeated, none skipped

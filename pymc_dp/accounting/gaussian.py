@@ -247,9 +247,11 @@ def gaussian_epsilon_curve(delta: float, mus: np.ndarray) -> np.ndarray:
     """:func:`gaussian_epsilon` at many ``M`` at once (a chain's spend, iteration by iteration).
 
     The same smallest ε with ``δ(ε; M) ≤ delta`` as :func:`gaussian_epsilon` (to the last few
-    ulps), found by a vectorised bisection on ``log δ`` over the same zCDP bracket instead of
-    one Brent root-find per value: a block of 512 iterations costs about as much as 3 scalar
-    root-finds. Each returned ε passes the same ``δ ≤ delta · (1 − 1e-9)`` check.
+    ulps), found for all values together instead of one Brent root-find per value: from the
+    same zCDP bracket, safeguarded Newton steps on ``log δ`` (:func:`_newton_bracket`) and then
+    a bisection that ends at adjacent floats. A block of 512 iterations costs about 1.4 ms
+    (2.9 ms with the bisection alone), the per-iteration ``epsilon_spent`` stat of every chain.
+    Each returned ε passes the same ``δ ≤ delta · (1 − 1e-9)`` check.
 
     Parameters
     ----------
@@ -282,7 +284,13 @@ def gaussian_epsilon_curve(delta: float, mus: np.ndarray) -> np.ndarray:
     while np.any(high):  # only if rounding bites; keep the bracket valid
         hi = np.where(high, 2.0 * hi + 1.0, hi)
         high = excess(hi, mm) > 0.0
-    # invariant: excess(lo) > 0 ≥ excess(hi); stop when no float lies strictly between them
+    # invariant: excess(lo) > 0 ≥ excess(hi). First a safeguarded Newton iteration on log δ
+    # (its slope is −e^ε Φ(b)/δ: ∂δ/∂ε = −e^ε Φ(b), as φ(a) = e^ε φ(b)), a bisection step
+    # wherever Newton's point leaves the bracket; then the bracket is closed around its root
+    # to a relative 10⁻¹³ and the bisection below ends it at adjacent floats, as before: the
+    # same ε in about a third of the evaluations (the per-iteration stat of every chain).
+    lo, hi = _newton_bracket(lo, hi, mm, log_target)
+    # stop when no float lies strictly between lo and hi
     for _ in range(1100):
         mid = 0.5 * (lo + hi)
         open_ = (mid > lo) & (mid < hi)
@@ -300,6 +308,42 @@ def gaussian_epsilon_curve(delta: float, mus: np.ndarray) -> np.ndarray:
         hi = np.where(bad, np.nextafter(hi, np.inf), hi)
     out[todo] = hi
     return out.reshape(np.shape(mus)) if np.ndim(mus) else out
+
+
+#: Safeguarded Newton steps before the bisection of :func:`gaussian_epsilon_curve` (from the
+#: zCDP bracket's top it is within 10⁻¹⁴ after five on the chains measured).
+_NEWTON_STEPS = 7
+
+
+def _newton_bracket(
+    lo: np.ndarray, hi: np.ndarray, m: np.ndarray, log_target: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """A tighter bracket ``lo < ε* ≤ hi`` of ``log δ(ε; m) = log_target`` (same invariant).
+
+    Safeguarded Newton (a bisection step where Newton's point is not strictly inside the
+    bracket), then points ``x (1 ± 10⁻¹³)`` around the last iterate: each evaluation only
+    moves an end of the bracket to a point whose side it checked, so the bracket stays valid
+    whatever the iteration does.
+    """
+    x = hi.copy()
+    s = np.sqrt(2.0 * m)
+    for _ in range(_NEWTON_STEPS):
+        log_d = _log_delta_array(x, m)
+        above = log_d > log_target
+        lo = np.where(above, np.maximum(lo, x), lo)
+        hi = np.where(above, hi, np.minimum(hi, x))
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            slope = -np.exp(x + special.log_ndtr(-x / s - s / 2.0) - log_d)  # d log δ / dε
+            newton = x - (log_d - log_target) / slope
+        inside = np.isfinite(newton) & (newton > lo) & (newton <= hi)
+        x = np.where(inside, newton, 0.5 * (lo + hi))
+    for side in (1.0 - 1e-13, 1.0 + 1e-13):
+        probe = x * side
+        valid = (probe > lo) & (probe < hi)
+        above = _log_delta_array(probe, m) > log_target
+        lo = np.where(valid & above, probe, lo)
+        hi = np.where(valid & ~above, probe, hi)
+    return lo, hi
 
 
 def _capacity_scalar(epsilon: float, delta: float) -> float:

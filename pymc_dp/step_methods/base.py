@@ -717,18 +717,18 @@ class DPStep(BlockedStep):
         if mu is None:
             return {"epsilon_spent": self._epsilon_at_most(iterations)}
         if self.uniform_cost and mu_per_iteration > 0:
-            return {"mu_spent": mu, "epsilon_spent": self._gaussian_epsilon_at(iterations)}
+            epsilon = self._gaussian_epsilon_at(iterations, mu_per_iteration)
+            return {"mu_spent": mu, "epsilon_spent": epsilon}
         epsilon = float(gaussian_epsilon(self.budget.delta, mu)) if mu > 0 else 0.0
         return {"mu_spent": mu, "epsilon_spent": epsilon}
 
-    def _gaussian_epsilon_at(self, iterations: int) -> float:
-        """ε at the budget's δ after ``iterations`` of a uniform Gaussian cost (exact).
+    def _gaussian_epsilon_at(self, iterations: int, mu_1: float) -> float:
+        """ε at the budget's δ after ``iterations`` of a uniform Gaussian cost ``μ₁`` (exact).
 
         A scalar root-find per iteration cost more than a pass over 10⁵ rows; the values for
         the next block of iterations are found together (:func:`gaussian_epsilon_curve`) and
         kept. ``μ`` is ``iterations · μ₁`` as in :meth:`_spent`.
         """
-        mu_1 = self.cost.gaussian_mu()
         key = (mu_1, self.budget.delta)
         table = self.__dict__.get("_epsilon_table")
         if table is None or table[0] != key or not 0 <= iterations - table[1] < table[2].size:

@@ -6,6 +6,8 @@ the seeds' Gaussian model; without the −σ²/2 penalty (negative control) it d
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from _gaussian_models import gaussian_setup
@@ -170,6 +172,9 @@ class _NoHastings(IndependenceProposal):
     def logpdf(self, theta):
         return 0.0
 
+    def log_ratio(self, theta, theta_new):
+        return 0.0
+
 
 def _independence(sd: np.ndarray, cls=IndependenceProposal) -> IndependenceProposal:
     _, mean, _ = gaussian_setup()
@@ -209,5 +214,10 @@ def test_independence_proposal_density_is_the_t_density():
     exact = stats.multivariate_t(loc=q.centre, shape=root @ root.T, df=5.0)
     differences = [q.logpdf(x) - exact.logpdf(x) for x in points]
     np.testing.assert_allclose(differences, differences[0])  # equal up to the constant
+    # the kernel's Hastings term, one solve for both points: log q(θ) − log q(θ')
+    pairs = list(itertools.pairwise(points))
+    ratios = [q.log_ratio(x, y) for x, y in pairs]
+    expected = [exact.logpdf(x) - exact.logpdf(y) for x, y in pairs]
+    np.testing.assert_allclose(ratios, expected, rtol=1e-12, atol=1e-12)
     draws = np.array([q.sample(rng) for _ in range(20_000)])
     np.testing.assert_allclose(np.cov(draws.T), 5.0 / 3.0 * root @ root.T, rtol=0.1)
