@@ -160,8 +160,11 @@ def without_traces() -> Iterator[None]:
 
     PyTensor records a stack trace on every variable it creates, to point an error at the
     user's line; it was 6–8 % of a step's build (the zoo's hierarchical model and mixture).
-    The oracle's graphs are the package's own and its errors withhold PyTensor's text
-    (:meth:`~pymc_dp.oracle.RowLikelihood._private_call`), so those traces are never shown.
+    The graphs built here are the package's own (clones of the model's terms), so their traces
+    point into pymc_dp, and a failure on the data withholds PyTensor's text anyway
+    (:meth:`~pymc_dp.oracle.RowLikelihood._private_call`). The flag is PyTensor's global
+    configuration, restored on exit (an exception too): another thread building graphs at the
+    same time gets no traces either.
     """
     with pytensor.config.change_flags(traceback__limit=0):
         yield

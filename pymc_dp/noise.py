@@ -51,7 +51,8 @@ def snapping_grid(scale: float) -> float:
 
 
 class _OSBits:
-    """Bytes from the operating system's CSPRNG, fetched in blocks; used bytes are dropped."""
+    """Bytes from the operating system's CSPRNG, fetched in blocks; a byte is handed out once
+    (used ones are dropped at the next refill, and never pickled)."""
 
     def __init__(self) -> None:
         self._buffer = b""
@@ -237,7 +238,8 @@ class NoiseSource:
         grid = snapping_grid(scale)
         if not shape and math.isfinite(noisy / grid):  # round half to even, as np.round
             return float(round(noisy / grid) * grid)
-        snapped = np.round(np.asarray(noisy) / grid) * grid
+        # + 0.0 turns a snapped −0.0 (a noisy value in (−g/2, 0)) into +0.0: the grid point only
+        snapped = np.round(np.asarray(noisy) / grid) * grid + 0.0
         return snapped if shape else float(snapped)
 
     def rows(self, n: int, size: int) -> np.ndarray:

@@ -177,3 +177,10 @@ def test_os_bytes_are_handed_out_once_across_refills(monkeypatch):
     taken = b"".join(bits.take(k) for k in [16, 8, 4000, 100, 5000, 16] * 3)
     expected = bytes(i % 256 for i in range(len(taken)))
     assert taken == expected  # consecutive bytes of the stream: none repeated, none skipped
+
+
+def test_a_snapped_release_is_a_grid_point_never_a_negative_zero():
+    # −0.0 would tell that the noisy value was in (−g/2, 0): more than the grid point
+    released = NoiseSource(4).release(np.zeros(100_000), 1.0)
+    zeros = released[released == 0.0]
+    assert zeros.size > 50 and not np.any(np.signbit(zeros))

@@ -285,3 +285,34 @@ def test_iterations_tight_within_the_safety_margin_regression(eps, dlt, mu):
 def test_errors_name_the_argument(call, match: str) -> None:
     with pytest.raises(InvalidParameterError, match=match):
         call()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    dlt=st.floats(min_value=1e-300, max_value=0.9),
+    log_mu=st.floats(min_value=-40.0, max_value=10.0),
+)
+def test_the_newton_phase_keeps_a_valid_bracket(dlt, log_mu):
+    # each end only ever moves to a point whose side was checked: log δ(lo) > target ≥ log δ(hi)
+    from pymc_dp.accounting import gaussian
+
+    m = np.exp(log_mu + np.linspace(0.0, 3.0, 64))
+    log_target = math.log(dlt * (1.0 - gaussian._DELTA_MARGIN))
+    lo = np.zeros_like(m)
+    hi = m + 2.0 * np.sqrt(m * -log_target)
+    keep = gaussian._log_delta_array(hi, m) <= log_target  # the zCDP bracket (as the curve)
+    keep &= gaussian._log_delta_array(lo, m) > log_target
+    assume(np.any(keep))
+    lo, hi, m = lo[keep], hi[keep], m[keep]
+    new_lo, new_hi = gaussian._newton_bracket(lo, hi, m, log_target)
+    assert np.all((lo <= new_lo) & (new_lo < new_hi) & (new_hi <= hi))
+    assert np.all(gaussian._log_delta_array(new_lo, m) > log_target)
+    assert np.all(gaussian._log_delta_array(new_hi, m) <= log_target)
+
+
+def test_an_epsilon_that_brent_leaves_far_below_its_root_is_found_at_once():
+    # brentq's absolute tolerance stopped 10⁷ ulps short of a root near 5·10⁻⁸; stepping up one
+    # float at a time took minutes
+    eps = gaussian_epsilon(1e-12, 1e-16)
+    assert gaussian_delta(eps, 1e-16) <= 1e-12
+    assert gaussian_delta(math.nextafter(eps, 0.0), 1e-16) > 1e-12 * (1 - 1e-9)
