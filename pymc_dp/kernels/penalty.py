@@ -65,16 +65,17 @@ class IndependenceProposal(NamedTuple):
 
     def logpdf(self, theta: np.ndarray) -> float:
         """``log q(θ)`` up to a constant (the constant cancels in the Hastings ratio)."""
-        z = np.linalg.solve(self.root, np.asarray(theta) - self.centre)
-        return float(-0.5 * (self.df + self.centre.size) * np.log1p(z @ z / self.df))
+        return float(self._log_kernels(np.asarray(theta)[:, None])[0])
 
     def log_ratio(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
         """``log q(θ) − log q(θ')``, the Hastings term of an independence proposal (one solve)."""
-        offsets = np.stack([np.asarray(theta), np.asarray(theta_new)], axis=1)
-        z = np.linalg.solve(self.root, offsets - self.centre[:, None])
-        sq = np.einsum("ij,ij->j", z, z)
-        power = -0.5 * (self.df + self.centre.size)
-        return power * (math.log1p(sq[0] / self.df) - math.log1p(sq[1] / self.df))
+        first, second = self._log_kernels(np.stack([theta, theta_new], axis=1))
+        return float(first - second)
+
+    def _log_kernels(self, points: np.ndarray) -> np.ndarray:
+        """``−(ν + d)/2 · log(1 + ‖L⁻¹(θ − m)‖²/ν)`` for each column ``θ`` of ``points``."""
+        z = np.linalg.solve(self.root, points - self.centre[:, None])
+        return -0.5 * (self.df + self.centre.size) * np.log1p(np.einsum("ij,ij->j", z, z) / self.df)
 
 
 class PenaltyParams(NamedTuple):

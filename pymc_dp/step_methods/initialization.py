@@ -825,6 +825,12 @@ def private_centring(
     theta_c = np.array(start.theta, dtype=float)
     step_mus, rounds, next_mu, sharpened = [], 0, None, 0
     covariance, fisher = start.covariance, None
+
+    def remaining_mu() -> float:  # what the ledger has left, this centring's releases counted
+        return _remaining_mu(
+            budget, start, _centring_histograms(rounds, sharpened), mu_histogram, step_mus
+        )
+
     while True:
         rounds += 1
         # the last round's result, kept should this round's curvature come out unusable
@@ -848,9 +854,7 @@ def private_centring(
         clip = _rescaled_clip(clip, information, whitening, old_whitening, n)
         # Newton steps from there with whitened gradients: each step's share is fixed in the
         # first round (a share of what is left then, split evenly)
-        remaining = _remaining_mu(
-            budget, start, _centring_histograms(rounds, sharpened), mu_histogram, step_mus
-        )
+        remaining = remaining_mu()
         if rounds == 1:
             first_remaining = remaining
             step_mu = _CENTRE_STEP_SHARE * remaining / _CENTRE_STEPS
@@ -901,8 +905,7 @@ def private_centring(
                 np.linalg.solve(np.linalg.cholesky(round_covariance), theta_c - round_start)
             )
         )
-        histograms = _centring_histograms(rounds, sharpened)
-        left = _remaining_mu(budget, start, histograms, mu_histogram, step_mus) - 2 * mu_histogram
+        left = remaining_mu() - 2 * mu_histogram
         if (
             rounds >= _CENTRING_ROUNDS
             or moved <= max(_RECENTRE_SD, _RECENTRE_NOISE * noise_length)
@@ -930,11 +933,7 @@ def private_centring(
             sharpened >= _SHARPENING_READS
             or loose_directions(fisher.value, fisher_whitening, fisher.noise_std, prior) == 0
             or not budget.fits(histogram_event, events)
-            or _remaining_mu(
-                budget, start, _centring_histograms(rounds, sharpened), mu_histogram, step_mus
-            )
-            - events * mu_histogram
-            < _SHARPENING_LEFT * first_remaining
+            or remaining_mu() - events * mu_histogram < _SHARPENING_LEFT * first_remaining
         ):
             break
         budget.reserve(histogram_event, events, mechanism=f"{label} (centring: sharper curvature)")
@@ -978,9 +977,7 @@ def private_centring(
     m = pairs.shape[0]
     remainder_clip = _clip(counts.value, counts.noise_std, n * m, "centred ratios", per_row=m)
 
-    remaining = _remaining_mu(
-        budget, start, _centring_histograms(rounds, sharpened), mu_histogram, step_mus
-    )
+    remaining = remaining_mu()
     mu_gradient = max(remaining - float(sampler_mu(remainder_clip)), 0.5 * remaining)
     z_gradient = math.sqrt(1.0 / (2.0 * mu_gradient))
     gradient_event = GaussianCost.from_noise_multiplier(z_gradient)
