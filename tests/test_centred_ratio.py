@@ -374,6 +374,55 @@ def test_where_the_prior_informs_an_unresolved_direction_the_likelihood_may_add_
     np.testing.assert_allclose(np.linalg.inv(topped), np.diag([400.0, 0.4]), rtol=1e-9)
 
 
+def test_the_midpoint_of_an_unresolved_range_halves_its_log_width_with_each_read():
+    """``midpoint=True``: an unresolved direction takes ``√(lo·hi)`` of the posterior
+    information the release allows. Reads in the whitening each estimate gives then close in
+    on a ridge the likelihood does not inform, where keeping the earlier estimate within the
+    noise (round in the release's whitening) widens it by little per read."""
+    sigma = 40.0 / (2 * np.sqrt(2))  # radius 40
+    prior = -np.diag([0.0, 0.5])
+    result = covariance_from_fisher(np.diag([400.0, 3.0]), np.ones(2), sigma, prior, midpoint=True)
+    low, high = 0.5, 0.5 + 3.0 + 40.0  # 3 − min(3σ, r) < 0
+    np.testing.assert_allclose(np.linalg.inv(result), np.diag([400.0, np.sqrt(low * high)]))
+    # an informed direction just under the radius, in 8 dimensions (r = 2σ√8 > 3σ): the
+    # bottom of its range is λ − 3σ, so the midpoint stays near λ (not far below it)
+    sigma8 = 1.0
+    radius8 = 2 * sigma8 * np.sqrt(8)
+    release = np.diag([400.0] * 7 + [0.9 * radius8])
+    informed = covariance_from_fisher(release, np.ones(8), sigma8, np.zeros((8, 8)), midpoint=True)
+    value = 0.9 * radius8
+    expected = np.sqrt((value - 3 * sigma8) * (value + radius8))
+    np.testing.assert_allclose(1 / informed[7, 7], expected)
+    assert 0.7 < expected / value < 1.6
+    # a flat direction keeps the floor r/100 at the bottom of its range
+    flat = covariance_from_fisher(
+        np.diag([400.0, 3.0]), np.ones(2), sigma, np.zeros((2, 2)), midpoint=True
+    )
+    np.testing.assert_allclose(1 / np.linalg.inv(flat)[1, 1], 1 / np.sqrt(0.4 * 43.0))
+
+    # repeated reads at one point: likelihood information 10⁴ on the first axis and none on
+    # the second, whose prior information is 1; each read is whitened with the last estimate
+    # (volume kept), its noise radius a third of the informed direction's whitened value
+    truth, prior = np.diag([1e4, 0.0]), -np.diag([0.0, 1.0])
+
+    def reads(rule: dict, count: int) -> float:
+        covariance = np.diag([1e-4, 1e-4])  # the ridge starts 100 times too narrow
+        for _ in range(count):
+            root = np.linalg.cholesky(covariance)
+            whitening = root.T / np.exp(np.mean(np.log(np.diag(root))))
+            release = whitening @ truth @ whitening.T
+            radius = release[0, 0] / 3.0
+            sigma = radius / (2 * np.sqrt(2))
+            extra = {"fallback": covariance} if rule.get("fallback") else {}
+            covariance = covariance_from_fisher(
+                release, whitening, sigma, prior, midpoint=rule.get("midpoint", False), **extra
+            )
+        return covariance[1, 1]  # the truth: 1
+
+    assert 0.5 < reads({"midpoint": True}, 4) <= 1.0 + 1e-9
+    assert reads({"fallback": True}, 4) < 0.1  # the earlier rule: still 10 times too narrow
+
+
 def test_a_newton_step_that_is_mostly_noise_is_mostly_not_taken():
     covariance = np.diag([4.0, 1.0])
     theta = np.zeros(2)

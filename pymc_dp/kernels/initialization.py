@@ -281,6 +281,8 @@ def covariance_from_fisher(
     noise_std: float,
     prior_hessian: np.ndarray,
     fallback: np.ndarray | None = None,
+    *,
+    midpoint: bool = False,
 ) -> np.ndarray:
     """Posterior covariance ``(P⁻¹ F P⁻ᵀ − H_prior)⁻¹`` from a released Fisher matrix.
 
@@ -300,6 +302,20 @@ def covariance_from_fisher(
     prior's Hessian enters with its negative-definite part (:func:`prior_information`).
     Post-processing of the releases.
 
+    With ``midpoint=True`` an unresolved direction takes instead the geometric midpoint
+    ``√(lo·hi)`` of the posterior information the release allows there, less ``π_k`` (the
+    prior's information along ``e_k``), with ``hi = π_k + λ_k + r`` and
+    ``lo = max(π_k + max(λ_k − min(3σ, r), 0), r/100)``. At the bottom it takes three sd of
+    one direction's quadratic form, ``3σ``, rather than Weyl's radius: with ``λ_k − r`` an
+    informed direction just under ``r`` came out 2–2.7 times too wide. The guess is then off
+    by about ``√(hi/lo)`` at most, either way, and a Fisher read in the whitening it gives
+    sees the prior's share of that direction grow by the square of the widening, so repeated
+    reads close the range (:func:`loose_directions`) like a bisection on the log
+    information. It is meant for the sampler's metric after repeated reads at one point. On
+    a ridge the likelihood does not inform, ``hi/lo`` starts 10⁴–10⁶ wide; the fallback,
+    round in the release's whitening, claims the top, so each read widened the ridge only
+    about 1.6 times.
+
     (Taking the lower end wherever the fallback claims more than ``λ_k + r`` — a ridge the
     likelihood does not inform — made the zoo's mixture, whose Fisher far from the mode
     resolves few directions, 10–50 times too wide and its centre 100–1400 sd off.)
@@ -309,7 +325,13 @@ def covariance_from_fisher(
     values, vectors = np.linalg.eigh(fisher)
     unresolved = values < radius
     kept = np.where(unresolved, radius, values)
-    if fallback is not None and np.any(unresolved):
+    if midpoint and np.any(unresolved):
+        along = np.einsum("ik,ij,jk->k", vectors, matrix @ prior_part @ matrix.T, vectors)
+        below = values - min(3.0 * float(noise_std), radius)  # one direction's noise, 3 sd
+        low = np.maximum(along + np.maximum(below, 0.0), 0.01 * radius)
+        high = np.maximum(along + values + radius, low)
+        kept = np.where(unresolved, np.maximum(np.sqrt(low * high) - along, 0.0), values)
+    elif fallback is not None and np.any(unresolved):
         earlier = np.linalg.inv(np.asarray(fallback, dtype=float)) - prior_part
         earlier = matrix @ earlier @ matrix.T  # in the release's coordinates
         along = np.einsum("ik,ij,jk->k", vectors, earlier, vectors)
@@ -317,7 +339,7 @@ def covariance_from_fisher(
         guess = np.clip(along, np.maximum(values - radius, 0.0), values + radius)
         kept = np.where(unresolved, guess, values)
     fisher = (vectors * kept) @ vectors.T
-    if fallback is not None and np.any(unresolved):
+    if (fallback is not None or midpoint) and np.any(unresolved):
         # within the unresolved directions, the likelihood's and the prior's information
         # together at least r/100 (in the release's coordinates): where the prior informs a
         # direction the likelihood's part may be zero, where nothing does the floor holds

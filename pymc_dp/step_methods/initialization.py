@@ -790,7 +790,10 @@ def private_centring(
        read's ``P``, which gives ``Ĝ``'s clip there. Such a direction is a ridge the
        likelihood does not inform (a non-centred hierarchy's ``μ_a, σ_a`` against its
        ``z_j``) or one the whitening squeezed; the new whitening spreads the clip over it, and
-       each read tightens its bound (by 6–8 times on the zoo's hierarchy at n = 10⁶).
+       each read tightens its bound (by 6–8 times on the zoo's hierarchy at n = 10⁶). In
+       these reads an unresolved direction takes the geometric midpoint of the information
+       the release allows (``covariance_from_fisher(..., midpoint=True)``), not the earlier
+       estimate, which in the release's whitening claims the top of the range.
        ``Σ̂`` (the sampler's metric), ``P`` and the clip of ``Ĝ`` are then the last read's;
        the Newton steps above keep the tighter curvature, which holds them near a curved
        ridge.
@@ -943,7 +946,7 @@ def private_centring(
             channel, grad_clip=sharp_clip, noise_multiplier=z_histogram, whitening=sharp_whitening
         )(theta_c)
         sharper_covariance = covariance_from_fisher(
-            sharper.value, sharp_whitening, sharper.noise_std, prior, fallback=covariance
+            sharper.value, sharp_whitening, sharper.noise_std, prior, midpoint=True
         )
         if not _usable(sharper_covariance):
             break

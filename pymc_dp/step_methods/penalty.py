@@ -407,9 +407,10 @@ class DPPenalty(DPStep):
 
         The centring's Fisher release (public, post-processing): along these eigenvectors its
         noise is larger than the information, and the private posterior covariance ``Σ̂``
-        (the proposals' scale, the chains' spread) takes an earlier, rougher estimate within
-        what the release allows, which can be far off where parameters are strongly
-        correlated (a non-centred hierarchy). ``pymc_dp.sample`` warns when that is more than
+        (the proposals' scale, the chains' spread) takes a rougher guess within what the
+        release allows (an earlier estimate; after sharper reads, the range's geometric
+        midpoint), which can be far off where parameters are strongly correlated (a
+        non-centred hierarchy). ``pymc_dp.sample`` warns when that is more than
         half of them.
         ``None`` before the centring or without the control variate.
         """
