@@ -126,7 +126,7 @@ def sample(
             f"This budget resolves the posterior's curvature in only {d - unresolved} of {d} "
             "directions (in the others the noise of the released Fisher information is "
             "larger than the information, unresolved_directions in the privacy report): the "
-            "proposals' scale there is an earlier, rougher guess, and with strongly "
+            "proposals' scale there is a rougher guess, and with strongly "
             "correlated parameters (a non-centred hierarchy) it can be far off, so the chains "
             "may not converge. What helps: a larger epsilon, more rows, or fewer parameters "
             "(a hierarchy whose groups have many rows each: write it centred).",

@@ -87,14 +87,16 @@ def test_the_predicted_centre_shift_scales_as_the_noise_and_refuses_bad_input():
 
 @pytest.mark.parametrize(("n", "epsilon"), [(10_000, 1.0), (20_000, 0.5), (100_000, 5.0)])
 def test_the_predicted_centre_shift_is_within_a_factor_two_and_a_half_of_the_stated_one(n, epsilon):
-    # Over 12 public seeds the stated shift ranged 1.28–2.91 (predicted 2.43), 1.85–3.39
-    # (3.28) and 0.09–0.11 (0.18): the prediction is a planning number, mostly above.
+    # Over 12 public seeds the stated shift ranged 2.41–5.97 (predicted 2.48), 2.01–6.32
+    # (3.34) and 0.09–0.11 (0.18): the prediction is a planning number. (Before the sharper
+    # reads took the midpoint of their range, 1.28–2.91 and 1.85–3.39: the Σ̂ it was stated
+    # with was then up to 100 times too narrow along directions the release left loose.)
     with linear_model(n, seed=1):
         step = pymc_dp.DPPenalty(budget=pymc_dp.PrivacyBudget(epsilon, 1e-6), noise_rng=1, rng=1)
         step.prepare(chains=2)  # the private initialisation and centring, nothing sampled
     stated = step.centre_shift_sd()
     predicted = pymc_dp.predict_centre_shift(epsilon, 1e-6, n=n, d=7)
-    assert 0.6 < predicted / stated < 2.5, (predicted, stated)
+    assert 0.4 < predicted / stated < 2.5, (predicted, stated)
 
 
 def test_sample_warns_when_the_centre_noise_tilts_the_target_by_more_than_a_sd():

@@ -297,8 +297,8 @@ def covariance_from_fisher(
     likelihood's and the prior's information together are raised to at least ``r/100``: where
     the prior informs a direction (a centred hierarchy's ``μ_a``, on which the likelihood does
     not depend) the likelihood's part may be zero, and a direction neither informs keeps
-    ``r/100``. Without a fallback, ``r`` (a direction
-    the data do not inform keeps the noise's information, never a negative one). The log
+    ``r/100``. Without a fallback (and without ``midpoint``), ``r`` (a direction the data do
+    not inform keeps the noise's information, never a negative one). The log
     prior's Hessian enters with its negative-definite part (:func:`prior_information`).
     Post-processing of the releases.
 
@@ -306,9 +306,12 @@ def covariance_from_fisher(
     ``√(lo·hi)`` of the posterior information the release allows there, less ``π_k`` (the
     prior's information along ``e_k``), with ``hi = π_k + λ_k + r`` and
     ``lo = max(π_k + max(λ_k − min(3σ, r), 0), r/100)``. At the bottom it takes three sd of
-    one direction's quadratic form, ``3σ``, rather than Weyl's radius: with ``λ_k − r`` an
-    informed direction just under ``r`` came out 2–2.7 times too wide. The guess is then off
-    by about ``√(hi/lo)`` at most, either way, and a Fisher read in the whitening it gives
+    one direction's quadratic form, ``3σ``, rather than Weyl's radius (which
+    :func:`loose_directions` keeps, to decide whether to read again): with ``λ_k − r`` an
+    informed direction just under ``r`` came out 2–2.7 times too wide. Where the floor
+    ``r/100`` is above ``π_k`` (a ridge the current whitening squeezes hard) the range no
+    longer holds the truth, and a read widens the direction by less. Otherwise the guess is
+    off by about ``√(hi/lo)`` at most, either way, and a Fisher read in the whitening it gives
     sees the prior's share of that direction grow by the square of the widening, so repeated
     reads close the range (:func:`loose_directions`) like a bisection on the log
     information. It is meant for the sampler's metric after repeated reads at one point. On
@@ -379,7 +382,8 @@ def unresolved_directions(fisher: np.ndarray, noise_std: float) -> int:
     """How many eigenvalues of a released Fisher matrix are below its noise radius ``2σ√d``.
 
     Along those eigenvectors the release does not tell the information from its noise, and
-    :func:`covariance_from_fisher` falls back on an earlier, rougher estimate. Public
+    :func:`covariance_from_fisher` takes a rougher guess there (an earlier estimate, or the
+    range's geometric midpoint). Public
     (post-processing of the release).
     """
     fisher = np.asarray(fisher, dtype=float)

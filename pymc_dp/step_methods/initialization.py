@@ -671,7 +671,8 @@ class Centring(NamedTuple):
     unresolved : int
         Directions in which the last Fisher release does not resolve the information from its
         noise (:func:`~pymc_dp.kernels.initialization.unresolved_directions`); there ``Σ̂``
-        takes an earlier, rougher estimate within what the release allows.
+        takes a rougher guess within what the release allows (an earlier estimate; after
+        sharper reads, the range's geometric midpoint).
     rounds : int
         Rounds of (Fisher, Newton steps, norm histogram) (:func:`private_centring`).
     sharpened : int
