@@ -329,7 +329,7 @@ def covariance_from_fisher(
     unresolved = values < radius
     kept = np.where(unresolved, radius, values)
     if midpoint and np.any(unresolved):
-        along = np.einsum("ik,ij,jk->k", vectors, matrix @ prior_part @ matrix.T, vectors)
+        along = _along_each(vectors, matrix @ prior_part @ matrix.T)
         below = values - min(3.0 * float(noise_std), radius)  # one direction's noise, 3 sd
         low = np.maximum(along + np.maximum(below, 0.0), 0.01 * radius)
         high = np.maximum(along + values + radius, low)
@@ -337,7 +337,7 @@ def covariance_from_fisher(
     elif fallback is not None and np.any(unresolved):
         earlier = np.linalg.inv(np.asarray(fallback, dtype=float)) - prior_part
         earlier = matrix @ earlier @ matrix.T  # in the release's coordinates
-        along = np.einsum("ik,ij,jk->k", vectors, earlier, vectors)
+        along = _along_each(vectors, earlier)
         along = np.where(np.isfinite(along), along, np.inf)
         guess = np.clip(along, np.maximum(values - radius, 0.0), values + radius)
         kept = np.where(unresolved, guess, values)
@@ -359,6 +359,11 @@ def covariance_from_fisher(
 
 #: An unresolved direction is loose when its information's range spans more than this factor.
 _LOOSE_FACTOR = 4.0
+
+
+def _along_each(vectors: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """``e_kᵀ A e_k`` for each column ``e_k`` of ``vectors``: a quadratic form along each."""
+    return np.einsum("ik,ij,jk->k", vectors, matrix, vectors)
 
 
 def _released_fisher(
@@ -415,7 +420,7 @@ def loose_directions(
     fisher, matrix, radius = _released_fisher(fisher, whitening, noise_std)
     values, vectors = np.linalg.eigh(fisher)
     prior = matrix @ prior_information(prior_hessian) @ matrix.T
-    along = np.einsum("ik,ij,jk->k", vectors, prior, vectors)
+    along = _along_each(vectors, prior)
     low = along + np.maximum(values - radius, 0.0)
     high = along + values + radius
     return int(np.sum((values < radius) & (high > factor * low)))
