@@ -307,7 +307,7 @@ def _held_size(leaves: set[Any]) -> int:
     return size
 
 
-_cache: OrderedDict[tuple, list[tuple[list[Any], list[Any], Any]]] = OrderedDict()
+_cache: OrderedDict[tuple, list[tuple[list[Any], list[Any], list[Any], Any]]] = OrderedDict()
 
 
 def cached_compile(
@@ -316,12 +316,16 @@ def cached_compile(
     """``build()``, or the function it returned for an earlier graph that computes the same.
 
     Two graphs are the same computation when PyTensor's ``equal_computations`` says so with
-    the inputs paired in order: the same operations on the same inputs, constants equal in
-    value, type and bytes, and any other leaf (a shared variable) the very same object. Their
-    compiled functions then return the same outputs for the same arguments, so the first one
-    serves both, within one thread (a function has one set of input slots). ``key`` names what
-    ``build`` adds to the graph (its mode). Graphs whose operations cannot be hashed, with
-    large constants, or reading a variable that is not among ``inputs``, are not remembered.
+    the inputs paired in order and the shared variables paired in the order the graph first
+    reads them: the same operations on the same inputs, constants equal in value, type and
+    bytes. Their compiled functions then return the same outputs for the same arguments, so
+    the first one serves both, within one thread (a function has one set of input slots).
+    Where the shared variables are other objects of the same types (PyMC's dimension lengths
+    and ``pm.Data`` of a model built again), the earlier function is copied with the new
+    ones swapped in (``Function.copy(swap=...)``: no rewriting or compiling again), so it
+    reads their values, now and after a ``pm.set_data``. ``key`` names what ``build`` adds
+    to the graph (its mode). Graphs whose operations cannot be hashed, with large constants
+    or shared values, or reading a variable that is not among ``inputs``, are not remembered.
     """
     outs = list(outputs) if isinstance(outputs, list | tuple) else [outputs]
     ins = list(inputs)
@@ -333,12 +337,14 @@ def cached_compile(
         v in ins or isinstance(v, Constant | SharedVariable) for v in leaves
     ):
         return build()  # large constants; or an input not listed, which build() reports
+    shared = _shared_leaves(nodes)
     signature = (
         key,
         threading.get_ident(),  # a Function has one set of input slots: never two threads
         isinstance(outputs, list | tuple),
         tuple(v.type for v in ins),
         tuple(v.type for v in outs),
+        tuple(v.type for v in shared),
         tuple(node.op for node in nodes),
         # constants by their bytes: equal_computations compares values, and 0.0 == -0.0
         tuple(
@@ -352,22 +358,38 @@ def cached_compile(
         candidates = _cache.get(signature)
     except TypeError:  # an operation without hashable properties
         return build()
-    for cached_ins, cached_outs, fn in candidates or ():
+    for cached_ins, cached_shared, cached_outs, fn in candidates or ():
         # equal_computations pairs the listed inputs but takes any other leaf as equal to
         # itself: the same variables listed in another order must not match
         if ins != cached_ins and not set(ins).isdisjoint(cached_ins):
             continue
-        if equal_computations(outs, cached_outs, ins, cached_ins):
+        if equal_computations(outs, cached_outs, ins + shared, cached_ins + cached_shared):
             _cache.move_to_end(signature)
-            return fn
+            return fn if shared == cached_shared else _swapped(fn, cached_shared, shared)
     fn = build()
     entries = _cache.setdefault(signature, [])
-    entries.append((ins, outs, fn))
+    entries.append((ins, shared, outs, fn))
     del entries[:-_CACHE_SIZE_PER_SHAPE]  # the same shape, other constants: the latest few
     _cache.move_to_end(signature)
     while len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
     return fn
+
+
+def _shared_leaves(nodes: Sequence[Any]) -> list[Any]:
+    """The shared variables ``nodes`` read, each once, in the order they are first read."""
+    found: dict[Any, None] = {}
+    for node in nodes:
+        for v in node.inputs:
+            if v.owner is None and isinstance(v, SharedVariable):
+                found.setdefault(v, None)
+    return list(found)
+
+
+def _swapped(fn: Any, old: list[Any], new: list[Any]) -> Any:
+    """``fn`` copied to read the shared variables ``new`` where it read ``old`` (paired)."""
+    read = {i.variable for i in fn.maker.inputs}  # a variable it does not read needs no swap
+    return fn.copy(swap={o: n for o, n in zip(old, new, strict=True) if o is not n and o in read})
 
 
 def _drop_gufunc_closures(fgraph: Any) -> None:

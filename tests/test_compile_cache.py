@@ -98,3 +98,38 @@ def test_per_row_values_returned_earlier_are_not_overwritten_by_later_calls(back
     first.loglik_rows(THETA + 1.0)
     second.loglik_rows(THETA)
     np.testing.assert_allclose(kept, expected)
+
+
+def _model_with_shared_values(y: np.ndarray, prior_sd: float) -> pm.Model:
+    # PyMC's dimension lengths and pm.Data are shared variables: new objects in every model
+    with pm.Model(coords={"obs": np.arange(y.size)}) as model:
+        scale = pm.Data("prior_sd", prior_sd)
+        mu = pm.Normal("mu", 0.0, scale)
+        pm.Normal("y", mu, 1.5, observed=y, dims="obs")
+    return model
+
+
+def _cached_functions() -> int:
+    from pymc_dp import _compile
+
+    return sum(len(entries) for entries in _compile._cache.values())
+
+
+def test_a_model_built_again_reuses_the_functions_and_reads_its_own_shared_values():
+    # the second model's graphs differ from the first's only in their shared variables: its
+    # functions are the first one's, copied to read its own (a cache that handed over the
+    # first model's functions as they are would give the first model's prior scale)
+    first_model = _model_with_shared_values(Y, 10.0)
+    first = RowLikelihood(first_model)
+    compiled = _cached_functions()
+    second_model = _model_with_shared_values(Y, 3.0)
+    second = RowLikelihood(second_model)
+    assert _cached_functions() == compiled  # nothing compiled afresh
+    assert second.space.logprior(THETA) == pytest.approx(stats.norm(0.0, 3.0).logpdf(0.7))
+    assert first.space.logprior(THETA) == pytest.approx(stats.norm(0.0, 10.0).logpdf(0.7))
+    # and after a change of its value (at another θ: the last θ's values are kept)
+    pm.set_data({"prior_sd": 5.0}, model=second_model)
+    other = THETA + 0.5
+    assert second.space.logprior(other) == pytest.approx(stats.norm(0.0, 5.0).logpdf(1.2))
+    assert first.space.logprior(other) == pytest.approx(stats.norm(0.0, 10.0).logpdf(1.2))
+    np.testing.assert_allclose(second.loglik_rows(THETA), stats.norm(0.7, 1.5).logpdf(Y))
