@@ -237,7 +237,8 @@ def predict_centre_shift(
 
     The default step (``control_variate=True``) releases the clipped log-likelihood gradient at
     its centre once, with noise ``ξ``; its target is the posterior tilted by ``exp(ξ·θ)``, whose
-    mean moves by ``Σ ξ`` (theory, the centred ratio). Whitened, that is
+    mean moves by ``Σ ξ`` (theory, the centred ratio; the step reports its draws widened by
+    ``√(1 + s²)`` per direction for it, ``noise_aware``). Whitened, that is
     ``2 z κ √(d/n)`` posterior sd per direction: ``z`` the release's noise multiplier and
     ``κ`` (``clip_multiple``) the clip's multiple of the typical row's whitened gradient norm
     (the private clip is a far tail: 4–12 on the validation zoo). ``z = 1/√(2μ_G)`` with

@@ -111,11 +111,13 @@ def sample(
         )
     shift = getattr(step, "centre_shift_sd", lambda: float("nan"))()
     if shift > _LARGEST_CENTRE_SHIFT:  # public: from the private Σ̂ and the noise scale
+        widened = getattr(step, "_stretching", lambda: False)()
         warnings.warn(
             f"The noise of this budget's centre release tilts the target by about {shift:.1f} "
             "posterior sd per direction (a random shift, centre_shift_sd in the privacy "
-            "report): the means can be off by that much however long the chains run. What "
-            "helps: a larger epsilon or more rows.",
+            "report): the means can be off by that much however long the chains run"
+            + (" (the noise-aware target widens the intervals for it)" if widened else "")
+            + ". What helps: a larger epsilon or more rows.",
             ConvergenceWarning,
             stacklevel=2,
         )

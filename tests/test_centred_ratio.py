@@ -556,6 +556,61 @@ def test_the_default_step_samples_the_posterior_tilted_by_the_centre_noise():
     assert check.rhat_max < 1.1 and check.ess_bulk_min > 50, check
 
 
+def _normal_run(model, *, noise_aware):
+    with model:
+        step = pymc_dp.DPPenalty(
+            budget=pymc_dp.PrivacyBudget(1.0, 1e-6), noise_rng=3, noise_aware=noise_aware
+        )
+        idata = pymc_dp.sample(
+            step,
+            chains=2,
+            cores=1,
+            random_seed=4,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    post = idata.posterior
+    return step, np.c_[post["mu"].values.ravel(), np.log(post["sigma"].values.ravel())], idata
+
+
+def test_the_noise_aware_draws_are_the_same_chain_stretched_by_the_centre_noise():
+    # the same releases (noise_rng, random_seed) reported as they are and noise-aware: the same
+    # chain (acceptance, R̂, ESS), its draws mapped by the public stretch about the target's
+    # mode, each direction's sd about √(1 + s²) larger (s ≈ 0.8 here), where the tilted draws
+    # have the exact posterior's sds around a moved mean
+    model, _, sd = normal_model(20_000)
+    plain, tilted, plain_idata = _normal_run(model, noise_aware=False)
+    aware, widened, idata = _normal_run(model, noise_aware=True)
+    np.testing.assert_array_equal(plain._centring.gradient, aware._centring.gradient)
+    assert plain._stretch is None
+    assert np.all(np.abs(tilted.std(axis=0) / sd - 1) < 0.1), tilted.std(axis=0) / sd
+    stretch = aware._stretch
+    mapped = np.array([stretch.reported(theta) for theta in tilted])
+    np.testing.assert_allclose(mapped, widened, rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(
+        plain_idata.sample_stats["accepted"].values, idata.sample_stats["accepted"].values
+    )
+    covariance = aware._centring.metric @ aware._centring.metric.T
+    predicted = np.sqrt(
+        np.diag(stretch.matrix @ covariance @ stretch.matrix.T) / np.diag(covariance)
+    )
+    assert np.all(predicted > 1.15)  # the noise is not negligible: a missing stretch would show
+    ratio = widened.std(axis=0) / tilted.std(axis=0)
+    assert np.all(np.abs(ratio / predicted - 1) < 0.1), (ratio, predicted)
+    meta = pymc_dp.privacy_report(idata, show=False)
+    assert meta["dp_noise_aware"] == 1
+    assert meta["dp_noise_aware_variance_factor"] == pytest.approx(
+        1 + meta["dp_centre_shift_sd"] ** 2, rel=0.3
+    )
+    # beside another DP step that step would take the reported draw as its state: not stretched
+    from types import SimpleNamespace
+
+    aware._check_compound(SimpleNamespace(methods=[aware, plain]))
+    assert not aware._stretching() and aware.privacy_metadata()["dp_noise_aware"] == 0
+    aware._check_compound(None)
+    assert aware._stretching()
+
+
 @pytest.fixture(scope="module")
 def mixture_centring():
     """The zoo's two-component mixture (n = 2·10⁴, ε = 5) prepared with defaults, and its exact

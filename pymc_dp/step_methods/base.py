@@ -102,7 +102,12 @@ class DPStep(BlockedStep):
 
     _state_class = DPStepState
     #: Per-chain public attributes restored with ``sampling_state`` (subclasses add theirs).
-    _chain_state: ClassVar[tuple[str, ...]] = ("_last_logprior",)
+    _chain_state: ClassVar[tuple[str, ...]] = ("_last_logprior", "_last_reported")
+    #: A public affine map the draws are reported through (the chain's state is its preimage),
+    #: e.g. ``DPPenalty``'s noise-aware stretch; ``None``: the states as they are.
+    _stretch: Any = None
+    #: The last ``(state, reported draw)``: the next iteration starts from that exact state.
+    _last_reported: tuple[np.ndarray, np.ndarray] | None = None
 
     default_blocked = True
     #: Shortest chain (tuning included) the automatic noise is calibrated for.
@@ -512,9 +517,13 @@ class DPStep(BlockedStep):
         together are allowed only when they share one budget (the same ledger and dataset).
         """
         self._compound_refusal = None
+        self._stretch_off = False
         if compound is None:
             return
         others = [m for m in compound.methods if m is not self]
+        # beside another step, that step would take this one's reported draw as its state: the
+        # draws are then reported as they are
+        self._stretch_off = bool(others)
         foreign = [type(m).__name__ for m in others if not isinstance(m, DPStep)]
         ledgers = {
             (m.budget.ledger_path, m.budget.dataset) for m in others if isinstance(m, DPStep)
@@ -541,6 +550,7 @@ class DPStep(BlockedStep):
             NoiseSource.for_chain(self._noise_seed, self.rng, secure=self.secure_noise)
         )
         self._last_logprior: tuple[np.ndarray, float] | None = None
+        self._last_reported = None
         self._reservations: list = []  # the chain's ledger reservations, oldest first
         self._reserved = 0
         self._iteration = 0
@@ -597,12 +607,13 @@ class DPStep(BlockedStep):
     # ---------------------------------------------------------------- PyMC step
 
     def step(self, point: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[dict]]:
-        theta = self.space.ravel(point)
+        given = self.space.ravel(point)
+        theta = self._chain_theta(given)
         if self._iteration >= self._reserved:
             if not self.prepared:
                 self._prepare_in_chain()
             if self._reserved == 0:
-                self._before_first_read(theta)
+                self._before_first_read(given)
                 if self._private_start is not None:  # public: post-processing of releases
                     theta = self._private_start.dispersed_start(self.rng)
             elif self._planned_iterations is not None:
@@ -617,7 +628,31 @@ class DPStep(BlockedStep):
         self._spend_iteration()
         stats.update(self._spent(self._iteration))
         stats = {name: stats[name] for name in self.stats_dtypes_shapes}  # drops the non-private
-        return {**point, **self.space.unravel(new_theta)}, [stats]
+        return {**point, **self.space.unravel(self._reported_theta(new_theta))}, [stats]
+
+    def _stretching(self) -> bool:
+        """Whether the draws are reported through ``_stretch`` (not beside another step)."""
+        return self._stretch is not None and not self.__dict__.get("_stretch_off", False)
+
+    def _chain_theta(self, reported: np.ndarray) -> np.ndarray:
+        """The chain's state for the draw PyMC hands back (the preimage under ``_stretch``)."""
+        if not self._stretching():
+            return reported
+        last = self._last_reported
+        if last is not None and np.array_equal(last[1], reported):
+            return last[0]  # exactly the state the last iteration ended in
+        return self._stretch.internal(reported)
+
+    def _reported_theta(self, theta: np.ndarray) -> np.ndarray:
+        """The draw released for the state ``θ``: ``_stretch``'s image (post-processing), or
+        ``θ`` itself where the image would leave the support."""
+        if not self._stretching():
+            return theta
+        reported = self._stretch.reported(theta)
+        if not self.space.in_support(reported):
+            reported = np.array(theta, copy=True)
+        self._last_reported = (np.array(theta, copy=True), reported)
+        return reported
 
     def _prepare_in_chain(self) -> None:
         """Plain ``pm.sample`` with a step that was never prepared: prepare it here, once.

@@ -10,6 +10,7 @@ import numpy as np
 from pymc_dp.accounting.costs import GaussianCost
 from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.initialization import prior_exact_step, prior_hessian, prior_information
+from pymc_dp.kernels.noise_aware import noise_aware_stretch
 from pymc_dp.kernels.penalty import (
     IndependenceProposal,
     PenaltyMechanisms,
@@ -127,9 +128,21 @@ class DPPenalty(DPStep):
         smaller by about the distance to the mode in posterior sd times the posterior's scale:
         hundreds of times more iterations for the same budget at n = 10⁵. The target is the
         posterior tilted by ``exp(ξ·θ)``, ``ξ`` the centre release's noise (its mean moves by
-        about ``Σ ξ``, stated in the metadata as ``dp_centre_shift_sd``). False: the plain
+        about ``Σ ξ``, stated in the metadata as ``dp_centre_shift_sd``; the draws are reported
+        widened for it, ``noise_aware``). False: the plain
         ratio of the DP penalty paper. Ignored with an explicit ``llr_clip``, ``batch_size`` or
         ``init_share=0``.
+    noise_aware : bool
+        Default True, with the centred ratio: the draws account for the centre release's noise
+        as a noise-aware analysis of that release does (theory §4.1, "noise-aware draws"): the
+        chain samples the tilted target, and each draw is reported through a public affine
+        stretch about the target's mode that makes its covariance the noise-aware one, each
+        direction's variance larger by ``1 + s²`` (``s`` the tilt in posterior sd), so that the
+        intervals cover the shift the noise may have caused instead of being as narrow as the
+        exact posterior's around a moved mean. Post-processing of released values: no privacy
+        cost, the same chain (acceptance, R̂, ESS). False: the tilted target's draws as they are.
+        Not with ``temperature < 1``, nor beside another DP step in one ``pm.sample`` call
+        (the draws are then the tilted target's; the metadata say so).
     init_share : float, optional
         Share of the budget's Gaussian capacity spent on the private initialisation (start,
         scale, clip; theory §7). Default 0.1 when a setting is automatic, else none; 0 turns it
@@ -179,6 +192,7 @@ class DPPenalty(DPStep):
         target_accept: float | None = None,
         independence: bool = True,
         control_variate: bool = True,
+        noise_aware: bool = True,
         init_share: float | None = None,
         model: Any = None,
         noise_rng: int | None = None,
@@ -213,7 +227,9 @@ class DPPenalty(DPStep):
         self._proposal_argument = proposal_scale
         self._independence_argument = check_flag(independence, "independence")
         self._control_variate_argument = check_flag(control_variate, "control_variate")
+        self.noise_aware = check_flag(noise_aware, "noise_aware")
         self._centring = None
+        self._stretch = None
         self._independence = None
         self.temperature = check_temperature(temperature)
         self.guided = check_flag(guided, "guided")
@@ -310,6 +326,17 @@ class DPPenalty(DPStep):
         self._centring = centring
         covariance = centring.metric @ centring.metric.T  # the curvature at the centre
         theta, spread = self._centred_mode(centring), _CENTRED_START_SPREAD**2
+        # the draws are reported widened by the centre's noise (the noise's tilt of a tempered
+        # likelihood is not what the Fisher release measured: untempered targets only)
+        if self.noise_aware and self.temperature == 1.0:
+            self._stretch = noise_aware_stretch(
+                theta,
+                centring.centre.theta,
+                centring.gradient,
+                centring.gradient_covariance,
+                self._likelihood_information(centring),
+                covariance,
+            )
         phases = dict(start.phases)
         for phase, mu in centring.phases.items():
             phases[phase] = phases.get(phase, 0.0) + mu
@@ -337,17 +364,23 @@ class DPPenalty(DPStep):
         """
         c = centring.centre.theta
         covariance = centring.metric @ centring.metric.T
-        prior = prior_information(prior_hessian(self.space.logprior_grad, c))
         return prior_exact_step(
             c,
             centring.gradient,
-            np.linalg.inv(covariance) - prior,  # the remainders' curvature
+            self._likelihood_information(centring),  # the remainders' curvature
             self.space.logprior,
             self.space.logprior_grad,
             covariance,
             _CENTRED_MAX_STEP,
             self.space.in_support,
         )
+
+    def _likelihood_information(self, centring: Any) -> np.ndarray:
+        """``F = Σ̂⁻¹ − Π``: the likelihood's part of the released curvature at the centre."""
+        c = centring.centre.theta
+        covariance = centring.metric @ centring.metric.T
+        prior = prior_information(prior_hessian(self.space.logprior_grad, c))
+        return np.linalg.inv(covariance) - prior
 
     def _configure(self, start: Any) -> None:
         """Ratio clip and random-walk scale from the private start (post-processing)."""
@@ -509,7 +542,10 @@ class DPPenalty(DPStep):
                 dp_remainder_clip=centring.remainder_clip,
                 dp_centre_shift_sd=centring.shift_sd(),
                 dp_unresolved_directions=int(centring.unresolved),
+                dp_noise_aware=int(self._stretching()),
             )
+            if self._stretching():
+                meta.update(dp_noise_aware_variance_factor=self._stretch.variance_factor)
         if self.batch_size is None:
             meta.update(dp_mu_per_iteration=self.cost.gaussian_mu())
         else:
