@@ -528,49 +528,44 @@ def test_without_the_linear_term_the_chain_misses_the_posterior():  # negative c
 # ---------------------------------------------------------------- the default step
 
 
-@pytest.mark.slow
-def test_the_default_step_samples_the_posterior_tilted_by_the_centre_noise():
-    model, mean, sd = normal_model(20_000)
+def _normal_run(model, *, epsilon=1.0, noise_rng=3, random_seed=4, noise_aware=True):
+    """Two chains of the default step (the draws as ``(μ, log σ)``), the step and the release."""
     with model:
-        step = pymc_dp.DPPenalty(budget=pymc_dp.PrivacyBudget(5.0, 1e-6), noise_rng=5)
+        step = pymc_dp.DPPenalty(
+            budget=pymc_dp.PrivacyBudget(epsilon, 1e-6),
+            noise_rng=noise_rng,
+            noise_aware=noise_aware,
+        )
         idata = pymc_dp.sample(
             step,
             chains=2,
             cores=1,
-            random_seed=2,
+            random_seed=random_seed,
             progressbar=False,
             compute_convergence_checks=False,
         )
+    post = idata.posterior
+    return step, np.c_[post["mu"].values.ravel(), np.log(post["sigma"].values.ravel())], idata
+
+
+@pytest.mark.slow
+def test_the_default_step_samples_the_posterior_tilted_by_the_centre_noise():
+    # the chain's own target: the draws as they are (noise_aware=False)
+    model, mean, sd = normal_model(20_000)
+    step, draws, idata = _normal_run(
+        model, epsilon=5.0, noise_rng=5, random_seed=2, noise_aware=False
+    )
     meta = pymc_dp.privacy_report(idata, show=False)
     assert meta["dp_control_variate"] == 1 and meta["dp_epsilon_spent"] <= 5.0 + 1e-9
     centring = step._centring
     oracle = step._channel._oracle  # the test reads the data: the exact tilt, never released
     tilt = np.diag(sd**2) @ (centring.gradient - oracle.centre_rows(centring.centre).sum(axis=0))
     assert np.all(np.abs(tilt / sd) < 4 * meta["dp_centre_shift_sd"])  # the stated scale
-    post = idata.posterior
-    draws = np.c_[post["mu"].values.ravel(), np.log(post["sigma"].values.ravel())]
     error = (draws.mean(axis=0) - mean - tilt) / sd
     assert np.all(np.abs(error) < 0.5), error
     assert np.all(np.abs(draws.std(axis=0) / sd - 1) < 0.25), draws.std(axis=0) / sd
     check = check_convergence(idata)  # ArviZ 0.x and 1.x alike: two chains of 1600 draws
     assert check.rhat_max < 1.1 and check.ess_bulk_min > 50, check
-
-
-def _normal_run(model, *, noise_aware):
-    with model:
-        step = pymc_dp.DPPenalty(
-            budget=pymc_dp.PrivacyBudget(1.0, 1e-6), noise_rng=3, noise_aware=noise_aware
-        )
-        idata = pymc_dp.sample(
-            step,
-            chains=2,
-            cores=1,
-            random_seed=4,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
-    post = idata.posterior
-    return step, np.c_[post["mu"].values.ravel(), np.log(post["sigma"].values.ravel())], idata
 
 
 def test_the_noise_aware_draws_are_the_same_chain_stretched_by_the_centre_noise():
