@@ -528,7 +528,7 @@ def test_without_the_linear_term_the_chain_misses_the_posterior():  # negative c
 # ---------------------------------------------------------------- the default step
 
 
-def _normal_run(model, *, epsilon=1.0, noise_rng=3, random_seed=4, noise_aware=True):
+def _normal_run(model, *, epsilon=1.0, noise_rng=3, random_seed=4, noise_aware=True, cores=1):
     """Two chains of the default step (the draws as ``(μ, log σ)``), the step and the release."""
     with model:
         step = pymc_dp.DPPenalty(
@@ -539,7 +539,7 @@ def _normal_run(model, *, epsilon=1.0, noise_rng=3, random_seed=4, noise_aware=T
         idata = pymc_dp.sample(
             step,
             chains=2,
-            cores=1,
+            cores=cores,
             random_seed=random_seed,
             progressbar=False,
             compute_convergence_checks=False,
@@ -604,6 +604,17 @@ def test_the_noise_aware_draws_are_the_same_chain_stretched_by_the_centre_noise(
     assert not aware._stretching() and aware.privacy_metadata()["dp_noise_aware"] == 0
     aware._check_compound(None)
     assert aware._stretching()
+
+
+def test_the_noise_aware_draws_are_the_same_from_worker_processes():
+    # the stretch travels with the pickled step: two worker processes report the draws one
+    # process does (the same releases), stretched as there
+    model, _, sd = normal_model(20_000)
+    _, here, _ = _normal_run(model)
+    _, workers, idata = _normal_run(model, cores=2)
+    np.testing.assert_allclose(workers, here, rtol=1e-12)
+    assert pymc_dp.privacy_report(idata, show=False)["dp_noise_aware"] == 1
+    assert np.all(here.std(axis=0) / sd > 1.15)  # stretched (the tilted sds are about 1)
 
 
 @pytest.fixture(scope="module")
