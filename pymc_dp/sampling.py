@@ -116,7 +116,7 @@ def sample(
             f"The noise of this budget's centre release tilts the target by about {shift:.1f} "
             "posterior sd per direction (a random shift, centre_shift_sd in the privacy "
             "report): the means can be off by that much however long the chains run"
-            + (" (the noise-aware target widens the intervals for it)" if widened else "")
+            + (" (the noise-aware draws are widened for it)" if widened else "")
             + ". What helps: a larger epsilon or more rows.",
             ConvergenceWarning,
             stacklevel=2,

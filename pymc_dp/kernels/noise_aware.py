@@ -16,10 +16,11 @@ A noise-aware analysis of the release treats that noise as part of the observati
 
 With the prior, the posterior precision ``Σ̂⁻¹ = F + Π`` becomes ``Σ̂⁻¹ − A``. The chain keeps
 sampling the tilted target (whose released ratios are cheap near its own scale); its draws are
-reported through the affine map ``θ ↦ m̂ + K (θ − m̂)`` about the target's mode ``m̂``, with
-``K Σ̂ Kᵀ = (Σ̂⁻¹ − A)⁻¹`` (``K = L M^{1/2} L⁻¹``, ``Σ̂ = L Lᵀ``, ``M = (I − Lᵀ A L)⁻¹``). For a
-Gaussian target that is exactly the noise-aware posterior; along each direction the variance
-grows by ``1 + s²``, ``s`` the tilt in posterior sd (``Centring.shift_sd``), and the mean stays.
+reported through the affine map ``θ ↦ m_a + K (θ − m̂)`` about the target's mode ``m̂``, with
+``K Σ̂ Kᵀ = (Σ̂⁻¹ − A)⁻¹`` (``K = L M^{1/2} L⁻¹``, ``Σ̂ = L Lᵀ``, ``M = (I − Lᵀ A L)⁻¹``) and ``m_a``
+the noise-aware mean (:func:`noise_aware_stretch`). For a Gaussian target and prior that is
+exactly the noise-aware posterior; with a weak prior each direction's variance grows by
+``1 + s²``, ``s`` the tilt in posterior sd (``Centring.shift_sd``), and the mean stays.
 A direction the likelihood does not inform (``F = 0``) is not stretched. Everything here is
 post-processing of released values (the Fisher release, the noise scale, ``Ĝ``'s mode).
 """
@@ -58,6 +59,24 @@ class NoiseAwareStretch(NamedTuple):
         return self.centre + self.inverse @ offset
 
 
+def _symmetric_power(vectors: np.ndarray, values: np.ndarray, power: float) -> np.ndarray:
+    """``U diag(values^power) Uᵀ`` for the eigen-decomposition ``(values, U = vectors)``."""
+    return (vectors * values**power) @ vectors.T
+
+
+def _unit_clipped(matrix: np.ndarray) -> np.ndarray:
+    """A symmetric matrix with its eigenvalues clipped to ``[0, 1]``."""
+    values, vectors = np.linalg.eigh(0.5 * (matrix + matrix.T))
+    return _symmetric_power(vectors, np.clip(values, 0.0, 1.0), 1.0)
+
+
+def _taken(noise: np.ndarray, information: np.ndarray) -> np.ndarray:
+    """``f − f (f + v)⁻¹ f`` for a clipped ``f`` (``information``) and ``v`` (``noise``)."""
+    noise = 0.5 * (noise + noise.T)
+    taken = information - information @ np.linalg.solve(information + noise, information)
+    return 0.5 * (taken + taken.T)
+
+
 def widening_information(
     whitened_noise: np.ndarray, whitened_information: np.ndarray
 ) -> np.ndarray:
@@ -69,11 +88,7 @@ def widening_information(
     result in ``[0, I)`` (a clip in the raw coordinates would not). ``v`` is positive definite
     (the release's noise reaches every direction), so ``f + v`` is too.
     """
-    values, vectors = np.linalg.eigh(0.5 * (whitened_information + whitened_information.T))
-    information = (vectors * np.clip(values, 0.0, 1.0)) @ vectors.T
-    noise = 0.5 * (whitened_noise + whitened_noise.T)
-    taken = information - information @ np.linalg.solve(information + noise, information)
-    return 0.5 * (taken + taken.T)
+    return _taken(whitened_noise, _unit_clipped(whitened_information))
 
 
 def noise_aware_stretch(
@@ -110,25 +125,20 @@ def noise_aware_stretch(
     """
     mode = np.array(mode, dtype=float)
     root = np.linalg.cholesky(covariance)
-    information = root.T @ likelihood_information @ root  # f
+    information = _unit_clipped(root.T @ likelihood_information @ root)  # f, clipped
     noise = root.T @ gradient_covariance @ root  # v
-    taken = widening_information(noise, information)  # Lᵀ A L, in [0, I)
-    values, vectors = np.linalg.eigh(np.eye(root.shape[0]) - taken)  # Lᵀ (Σ̂⁻¹ − A) L
+    taken = _taken(noise, information)  # Lᵀ A L, in [0, I)
+    values, vectors = np.linalg.eigh(np.eye(root.shape[0]) - taken)  # Lᵀ (Σ̂⁻¹ − A) L = M⁻¹
     values = np.clip(values, 1.0 / MAX_VARIANCE_FACTOR, 1.0)
-    half = (vectors / np.sqrt(values)) @ vectors.T  # M^{1/2}
-    half_inverse = (vectors * np.sqrt(values)) @ vectors.T
     inverse_root = np.linalg.inv(root)
     # the mean: −L M Lᵀ A (m̃ − m̂), with Lᵀ A (m̃ − m̂) = (Lᵀ A L) L⁻¹ (θ_c − m̂) + v (f + v)⁻¹ Lᵀ Ĝ
-    values_f, vectors_f = np.linalg.eigh(0.5 * (information + information.T))
-    clipped = (vectors_f * np.clip(values_f, 0.0, 1.0)) @ vectors_f.T
     towards_centre = taken @ (inverse_root @ (np.asarray(centre, dtype=float) - mode))
-    released = noise @ np.linalg.solve(clipped + noise, root.T @ np.asarray(gradient, dtype=float))
-    pull = towards_centre + released
-    whitened_shift = -((vectors / values) @ vectors.T) @ pull
+    gradient = root.T @ np.asarray(gradient, dtype=float)
+    pull = towards_centre + noise @ np.linalg.solve(information + noise, gradient)
     return NoiseAwareStretch(
         centre=mode,
-        shift=root @ whitened_shift,
-        matrix=root @ half @ inverse_root,
-        inverse=root @ half_inverse @ inverse_root,
+        shift=-root @ _symmetric_power(vectors, values, -1.0) @ pull,
+        matrix=root @ _symmetric_power(vectors, values, -0.5) @ inverse_root,  # L M^{1/2} L⁻¹
+        inverse=root @ _symmetric_power(vectors, values, 0.5) @ inverse_root,
         variance_factor=float(1.0 / np.min(values)),
     )

@@ -325,7 +325,9 @@ class DPPenalty(DPStep):
         )
         self._centring = centring
         covariance = centring.metric @ centring.metric.T  # the curvature at the centre
-        theta, spread = self._centred_mode(centring), _CENTRED_START_SPREAD**2
+        information = self._likelihood_information(centring.centre.theta, covariance)
+        theta = self._centred_mode(centring, covariance, information)
+        spread = _CENTRED_START_SPREAD**2
         # the draws are reported widened by the centre's noise (the noise's tilt of a tempered
         # likelihood is not what the Fisher release measured: untempered targets only)
         if self.noise_aware and self.temperature == 1.0:
@@ -334,7 +336,7 @@ class DPPenalty(DPStep):
                 centring.centre.theta,
                 centring.gradient,
                 centring.gradient_covariance,
-                self._likelihood_information(centring),
+                information,
                 covariance,
             )
         phases = dict(start.phases)
@@ -351,7 +353,9 @@ class DPPenalty(DPStep):
             releases=start.releases + centring.releases,
         )
 
-    def _centred_mode(self, centring: Any) -> np.ndarray:
+    def _centred_mode(
+        self, centring: Any, covariance: np.ndarray, information: np.ndarray
+    ) -> np.ndarray:
         """The target's mode near the centre (post-processing).
 
         The centred target's log density is ``log p(θ) + Ĝ·(θ − θ_c) + Σ_i r_i(θ)`` with the
@@ -361,13 +365,12 @@ class DPPenalty(DPStep):
         prior the Newton step ``θ_c + Σ̂ (Ĝ + ∇log p(θ_c))``), is a point that already includes
         the centre's noise, so it is as good as the target it is the mode of. It stays within
         ``_CENTRED_MAX_STEP`` sd of the centre (a curvature far off) and inside the support.
+        ``covariance`` is ``Σ̂`` and ``information`` ``F``.
         """
-        c = centring.centre.theta
-        covariance = centring.metric @ centring.metric.T
         return prior_exact_step(
-            c,
+            centring.centre.theta,
             centring.gradient,
-            self._likelihood_information(centring),  # the remainders' curvature
+            information,  # the remainders' curvature, F
             self.space.logprior,
             self.space.logprior_grad,
             covariance,
@@ -375,11 +378,10 @@ class DPPenalty(DPStep):
             self.space.in_support,
         )
 
-    def _likelihood_information(self, centring: Any) -> np.ndarray:
-        """``F = Σ̂⁻¹ − Π``: the likelihood's part of the released curvature at the centre."""
-        c = centring.centre.theta
-        covariance = centring.metric @ centring.metric.T
-        prior = prior_information(prior_hessian(self.space.logprior_grad, c))
+    def _likelihood_information(self, centre: np.ndarray, covariance: np.ndarray) -> np.ndarray:
+        """``F = Σ̂⁻¹ − Π``: the likelihood's part of the released curvature ``Σ̂⁻¹`` at the
+        centre (``Π`` the public prior's information there)."""
+        prior = prior_information(prior_hessian(self.space.logprior_grad, centre))
         return np.linalg.inv(covariance) - prior
 
     def _configure(self, start: Any) -> None:
