@@ -59,7 +59,13 @@ from pytensor.tensor.type import integer_dtypes
 from pymc_dp import _compile, releases
 from pymc_dp._batching import unbatch_blockwise
 from pymc_dp._compat import inline_ofg_node, leading_axis_indices
-from pymc_dp._compile import cached_compile, check_backend, compile_function, without_traces
+from pymc_dp._compile import (
+    cached_compile,
+    check_backend,
+    compile_function,
+    gc_paused,
+    without_traces,
+)
 from pymc_dp._gathers import lift_gathers, row_gathers
 from pymc_dp._leaks import (
     check_deterministics,
@@ -267,7 +273,9 @@ class RowLikelihood:
         validate: bool = True,
         backend: str | None = None,
     ) -> None:
-        with without_traces():  # the package's own graphs: PyTensor's tracebacks are not shown
+        # the package's own graphs: PyTensor's tracebacks are not shown; no collections of the
+        # whole heap while the graphs are built and compiled
+        with without_traces(), gc_paused():
             self._build(model, vars, row_data, chunk_size, gradient_method, validate, backend)
 
     def _build(

@@ -1,0 +1,66 @@
+"""Python's garbage collector is paused while the oracle builds and compiles, and only then."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_dp import _compile
+from pymc_dp.oracle import RowLikelihood
+
+
+@pytest.fixture
+def collector_on():
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    (gc.enable if was else gc.disable)()
+
+
+def test_every_compilation_of_a_build_and_of_first_use_runs_with_the_collector_paused(
+    collector_on, monkeypatch
+):
+    states = []
+    compile_now = _compile._compile_now
+
+    def spy(*args):
+        states.append(gc.isenabled())
+        return compile_now(*args)
+
+    monkeypatch.setattr(_compile, "_compile_now", spy)
+    y = np.random.default_rng(3).normal(1.0, 1.0, 40)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("y", mu, pm.HalfNormal("sigma", 2.0), observed=y)
+    oracle = RowLikelihood(model)
+    assert gc.isenabled()  # restored after the build
+    built = len(states)
+    oracle.grad_rows(np.zeros(2))  # compiled on first use
+    assert gc.isenabled()
+    assert built >= 3 and len(states) == built + 1  # prior, log-likelihood, gradient; rows
+    assert not any(states)
+
+
+def test_the_pause_restores_the_collector_after_an_error(collector_on):
+    with pytest.raises(RuntimeError), _compile.gc_paused():
+        assert not gc.isenabled()
+        raise RuntimeError
+    assert gc.isenabled()
+
+
+def test_nested_pauses_are_one_pause(collector_on):
+    with _compile.gc_paused():
+        with _compile.gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner one does not restart it
+    assert gc.isenabled()
+
+
+def test_a_collector_the_caller_disabled_stays_disabled(collector_on):
+    gc.disable()
+    with _compile.gc_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
