@@ -54,7 +54,7 @@ from pymc_dp.errors import (
 from pymc_dp.noise import NoiseSource
 from pymc_dp.oracle import RowLikelihood
 from pymc_dp.parameter_space import ParameterSpace
-from pymc_dp.releases import BarkerDecision, Centre, Release
+from pymc_dp.releases import BarkerDecision, Centre, Release, marginal_metric
 
 __all__ = [
     "BarkerTest",
@@ -192,6 +192,13 @@ class PrivateChannel:
     def n_rows(self) -> int:
         """Number of rows ``n`` (public: the substitute relation keeps it fixed)."""
         return self._oracle.n_rows
+
+    @property
+    def likelihood_coordinates(self) -> np.ndarray:
+        """Which coordinates of ``θ`` the log-likelihood reads (a boolean mask; public: the
+        model's graph). Along the others (a hierarchy's hyperparameters, which only the prior
+        reads) every row's log-likelihood is constant and its gradient zero, for every dataset."""
+        return self._oracle.likelihood_coordinates.copy()
 
     @property
     def model(self) -> Any:
@@ -371,6 +378,16 @@ class CentredLLRRelease(_NoisySum):
     ``ξ ~ N(0, σ²)``, ``σ = z · 2 T B`` (sensitivity ``2 T B``: each row enters one clipped
     term). Event: one Gaussian mechanism, PLD parameter ``1/(2z²)``; ``Ĝ·Δ`` is
     post-processing of an earlier release. Outside the support: ``−∞``, nothing read.
+
+    ``r_i`` depends only on the coordinates ``L`` the likelihood reads
+    (:attr:`PrivateChannel.likelihood_coordinates`), so ``u``, ``u'`` and ``δ`` are taken on
+    those, in the metric ``W_L`` of ``Σ̂``'s block there (:func:`~pymc_dp.releases.marginal_metric`;
+    ``W`` when ``L`` is every coordinate). Row ``i``'s Hessian has the same norm in ``W_L`` as
+    in ``W`` (both factor ``Σ̂_LL``), and ``‖W_L⁻¹ x_L‖ ≤ ‖W⁻¹ x‖``, so the bound is never
+    larger; a move of the prior-only coordinates alone (a hierarchy's ``μ_a``, ``σ_a``) has
+    ``B = 0`` and reads nothing. Where the chain is far from ``θ_c`` along those coordinates
+    (``θ_c``'s own error there is the prior's business), the full metric's ``‖u‖`` made every
+    release noisy.
     """
 
     def __init__(
@@ -405,16 +422,20 @@ class CentredLLRRelease(_NoisySum):
         )
         self.centre_gradient = gradient.copy()
         self.metric = np.tril(metric)
-        # W⁻¹ once: a triangular solve per point cost more than the ratio's arithmetic
-        self._metric_inverse = scipy.linalg.solve_triangular(self.metric, np.eye(d), lower=True)
+        self.likelihood_coordinates = channel.likelihood_coordinates
+        # W_L⁻¹ once: a triangular solve per point cost more than the ratio's arithmetic
+        marginal = marginal_metric(self.metric, self.likelihood_coordinates)
+        self._metric_inverse = scipy.linalg.solve_triangular(
+            marginal, np.eye(marginal.shape[0]), lower=True
+        )
         self.remainder_clip = float(remainder_clip)
         self._oracle.compile_centred()  # every call makes that pass: compiled before the chain
         self._finish()
 
     def whiten(self, theta: np.ndarray) -> np.ndarray:
-        """``u = W⁻¹(θ − θ_c)``."""
+        """``u = W_L⁻¹(θ − θ_c)_L``, on the likelihood's coordinates ``L``."""
         offset = np.asarray(theta, dtype=float) - self.centre.theta
-        return self._metric_inverse @ offset
+        return self._metric_inverse @ offset[self.likelihood_coordinates]
 
     def bound(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
         """``B = h ‖δ‖ (‖u‖ + ‖u'‖)/2``: public, from the two points only."""
@@ -430,14 +451,14 @@ class CentredLLRRelease(_NoisySum):
             return Release(-np.inf, 0.0, none)
         bound = self.bound(theta, theta_new)
         self._record()
-        if bound == 0.0:  # θ' = θ: the ratio is 0 without reading data, and so is the noise
-            return Release(0.0, 0.0, none)
+        t = self.temperature
+        linear = t * float(self.centre_gradient @ (np.asarray(theta_new) - np.asarray(theta)))
+        if bound == 0.0:  # the likelihood's coordinates did not move: every r_i is 0, unread
+            return Release(linear, 0.0, none)
         clipped = self._oracle.clipped_centred_llr_sum(
             theta, theta_new, self.centre, bound, count_clipped=self.count_clipped
         )
-        t = self.temperature
         sigma = self.noise_multiplier * 2.0 * t * bound
-        linear = t * float(self.centre_gradient @ (np.asarray(theta_new) - np.asarray(theta)))
         value = linear + self.channel.noise.release(t * clipped.value, sigma)
         return Release(value, sigma, clipped.n_clipped)
 
@@ -455,6 +476,10 @@ class GradientRelease(_NoisySum):
     ``D G_D + N(0, σ² I)``, whose sensitivity is ``2 b_g``: the same event, and coordinates with
     small per-row gradients are no longer drowned by the noise that the largest ones set.
     ``noise_std`` is ``T σ`` in the scaled space.
+
+    Coordinates the likelihood does not read (:attr:`PrivateChannel.likelihood_coordinates`,
+    public) come back as exactly 0: the sum is 0 there for every dataset, and the noise drawn
+    there is independent of the other coordinates' (post-processing).
     """
 
     def __init__(
@@ -475,6 +500,7 @@ class GradientRelease(_NoisySum):
         )
         self.grad_clip = float(grad_clip)
         self.precond = None if precond is None else self._oracle._precond(precond).copy()
+        self.likelihood_coordinates = channel.likelihood_coordinates
         self._finish()
 
     def __call__(self, theta: np.ndarray) -> Release:
@@ -491,6 +517,9 @@ class GradientRelease(_NoisySum):
             value = self.channel.noise.release(clipped.value, sigma)
         else:  # the Gaussian mechanism D G_D + N(0, σ² I), then D⁻¹ (post-processing)
             value = self.channel.noise.release(self.precond * clipped.value, sigma) / self.precond
+        # along coordinates the likelihood does not read the sum is 0 for every dataset: what
+        # was released there is noise alone, independent of the rest (post-processing)
+        value = np.where(self.likelihood_coordinates, value, 0.0)
         return Release(t * value, t * sigma, clipped.n_clipped)
 
 
@@ -502,8 +531,17 @@ class CentreGradientRelease(_GaussianMechanism):
     oracle, never released) are summed and released as ``Ĝ = P⁻¹ (P Σ_i ĝ_i + N(0, σ² I))``,
     ``σ = z · 2b``: ``P⁻¹`` times the Gaussian mechanism on ``P Σ_i ĝ_i``, whose sensitivity
     under substitution of one row is ``2b`` (``‖P ĝ_i‖ ≤ b``). Event: one Gaussian mechanism,
-    PLD parameter ``1/(2z²)``. The noise of ``Ĝ`` has covariance ``σ² P⁻¹ P⁻ᵀ``
-    (:attr:`noise_covariance`): in whitened coordinates the same in every direction.
+    PLD parameter ``1/(2z²)``. The noise of ``P⁻¹ (…)`` has covariance ``C = σ² P⁻¹ P⁻ᵀ``.
+
+    Along the coordinates ``N`` the likelihood does not read
+    (:attr:`PrivateChannel.likelihood_coordinates`, public) the sum is 0 for every dataset,
+    so the released ``Ĝ_N`` is the noise ``ξ_N`` itself; with a ``P`` that mixes coordinates
+    it is correlated with the noise of the others (``L``). ``Ĝ`` is therefore returned
+    conditioned on it (post-processing): ``Ĝ_L − C_LN C_NN⁻¹ Ĝ_N`` and ``0`` along ``N``,
+    whose noise has the conditional covariance ``C_LL − C_LN C_NN⁻¹ C_NL`` and none along
+    ``N`` (:attr:`noise_covariance`). Without that, a centred hierarchy's ``μ_a`` and ``σ_a``
+    took ``Ĝ``'s noise for the likelihood's gradient, and the centring's Newton steps moved
+    them tens of posterior sds away.
     """
 
     def __init__(self, channel: PrivateChannel, *, centre: Centre, noise_multiplier: float) -> None:
@@ -514,6 +552,7 @@ class CentreGradientRelease(_GaussianMechanism):
             self._oracle._whitening(centre.whitening).copy(),
         )
         self.noise_multiplier = float(noise_multiplier)
+        self.likelihood_coordinates = channel.likelihood_coordinates
         self._finish()
 
     @property
@@ -523,9 +562,13 @@ class CentreGradientRelease(_GaussianMechanism):
 
     @property
     def noise_covariance(self) -> np.ndarray:
-        """Covariance ``σ² P⁻¹ P⁻ᵀ`` of the noise of ``Ĝ`` (public)."""
+        """Covariance of the noise of ``Ĝ`` as returned (public): ``σ² P⁻¹ P⁻ᵀ`` conditioned on
+        its coordinates outside the likelihood (zero rows and columns there)."""
         inverse = np.linalg.inv(self.centre.whitening)
-        return self.noise_std**2 * inverse @ inverse.T
+        covariance = self.noise_std**2 * inverse @ inverse.T
+        return conditioned_on_zeros(
+            np.zeros(covariance.shape[0]), covariance, self.likelihood_coordinates
+        )[1]
 
     def __call__(self) -> Release:
         if not self.channel.space.in_support(self.centre.theta):
@@ -534,7 +577,37 @@ class CentreGradientRelease(_GaussianMechanism):
         whitening = self.centre.whitening
         total = self._oracle.centre_rows(self.centre).sum(axis=0)
         noisy = self.channel.noise.release(whitening @ total, self.noise_std)
-        return Release(np.linalg.solve(whitening, noisy), self.noise_std, None)
+        inverse = np.linalg.inv(whitening)
+        value, _ = conditioned_on_zeros(
+            inverse @ noisy, self.noise_std**2 * inverse @ inverse.T, self.likelihood_coordinates
+        )
+        return Release(value, self.noise_std, None)
+
+
+def conditioned_on_zeros(
+    value: np.ndarray, covariance: np.ndarray, kept: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """A Gaussian release ``x + ξ``, ``ξ ~ N(0, C)``, of an ``x`` known to be 0 outside ``kept``.
+
+    Along ``N`` (not ``kept``) the release is ``ξ_N``, so the noise along ``L`` (``kept``) is
+    known in part: ``ξ_L | ξ_N ~ N(C_LN C_NN⁻¹ ξ_N, C_LL − C_LN C_NN⁻¹ C_NL)``. Returns the
+    release less that mean along ``L`` and 0 along ``N``, and the conditional covariance (0
+    along ``N``). Both are functions of the release and public values: post-processing.
+    """
+    kept = np.asarray(kept, dtype=bool)
+    value = np.array(value, dtype=float)
+    covariance = np.array(covariance, dtype=float)
+    if kept.all():
+        return value, covariance
+    known = ~kept
+    cross = covariance[np.ix_(kept, known)]
+    weights = np.linalg.solve(covariance[np.ix_(known, known)], cross.T).T  # C_LN C_NN⁻¹
+    value[kept] -= weights @ value[known]
+    value[known] = 0.0
+    conditional = np.zeros_like(covariance)
+    block = covariance[np.ix_(kept, kept)] - weights @ cross.T
+    conditional[np.ix_(kept, kept)] = 0.5 * (block + block.T)
+    return value, conditional
 
 
 class FisherRelease(_GaussianMechanism):

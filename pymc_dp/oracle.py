@@ -254,6 +254,13 @@ class RowLikelihood:
         Numba on PyTensor 3) or JAX (needs the ``jax`` package; runs on a GPU when JAX has
         one). The validation checks either against PyMC's own log-density.
 
+    Attributes
+    ----------
+    likelihood_coordinates : ndarray of bool
+        Which coordinates of the raveled ``θ`` the log-likelihood reads (public: the model's
+        graph). The others (e.g. a centred hierarchy's ``μ_a``, ``σ_a``, read by the prior
+        only) have a zero per-row gradient for every dataset.
+
     Notes
     -----
     Validation reads the data (its outcome only decides whether the model is accepted; nothing
@@ -672,6 +679,12 @@ class RowLikelihood:
         ``idx_i`` of ``v``, zero elsewhere.
         """
         floatX = pytensor.config.floatX
+        # the coordinates of θ the likelihood reads (public: the model's graph); along the
+        # others every row's log-likelihood, and so its gradient, is constant
+        self.likelihood_coordinates = np.zeros(self.space.ndim, dtype=bool)
+        for v, sl, _ in self.space.slices:
+            if v in blocks or v in sparse:
+                self.likelihood_coordinates[sl] = True
         sparse_vars = list(sparse)
         flat = [ell, *blocks.values(), *[part for v in sparse_vars for part in sparse[v]]]
         ell_theta, *flat_theta = self.space.to_theta(flat)

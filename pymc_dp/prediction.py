@@ -26,6 +26,7 @@ import numpy as np
 
 from pymc_dp.accounting import gaussian_capacity
 from pymc_dp.errors import InvalidParameterError
+from pymc_dp.releases import marginal_metric
 
 __all__ = [
     "ESSPrediction",
@@ -145,6 +146,7 @@ def centred_bound_rms(
     proposal_scale: np.ndarray,
     independence: object | None,
     *,
+    coordinates: np.ndarray | None = None,
     seed: int = 0,
 ) -> float:
     """Root mean square of the centred ratio's bound per unit clip, ``‖δ‖ (‖u‖ + ‖u'‖)/2``.
@@ -152,7 +154,9 @@ def centred_bound_rms(
     Public Monte Carlo over a chain at stationarity in ``N(θ_c, W Wᵀ)`` and the step's proposal
     mixture: a random walk with per-coordinate ``proposal_scale``, or (with probability
     ``independence.probability``) a draw of the independence proposal
-    (:class:`~pymc_dp.kernels.penalty.IndependenceProposal`).
+    (:class:`~pymc_dp.kernels.penalty.IndependenceProposal`). With ``coordinates`` (the
+    likelihood's, a boolean mask) the offsets are taken on those only, in the metric of
+    ``W Wᵀ``'s block there, as :class:`~pymc_dp.mechanisms.CentredLLRRelease` takes them.
     """
     rng = np.random.default_rng(seed)
     d = centre.size
@@ -165,7 +169,12 @@ def centred_bound_rms(
         drawn = independence.centre + t @ independence.root.T
         pick = rng.uniform(size=_SAMPLES) < independence.probability
         proposed = np.where(pick[:, None], drawn, proposed)
-    proposed_white = np.linalg.solve(metric, (proposed - centre).T).T
+    kept = np.ones(d, dtype=bool) if coordinates is None else np.asarray(coordinates, dtype=bool)
+    marginal = marginal_metric(metric, kept)
+    if marginal.shape[0] == 0:  # the likelihood reads no coordinate: nothing is ever read
+        return 0.0
+    white = np.linalg.solve(marginal, (theta - centre)[:, kept].T).T
+    proposed_white = np.linalg.solve(marginal, (proposed - centre)[:, kept].T).T
     radius = 0.5 * (np.linalg.norm(white, axis=1) + np.linalg.norm(proposed_white, axis=1))
     bound = np.linalg.norm(proposed_white - white, axis=1) * radius
     return float(np.sqrt(np.mean(bound**2)))

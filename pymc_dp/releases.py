@@ -25,6 +25,7 @@ __all__ = [
     "clip_ratio",
     "clipped_ratio_sum",
     "count_clipped",
+    "marginal_metric",
     "mean_square_from_counts",
     "quantile_from_counts",
 ]
@@ -55,6 +56,21 @@ class Centre(NamedTuple):
     theta: np.ndarray
     grad_clip: float
     whitening: np.ndarray
+
+
+def marginal_metric(metric: np.ndarray, coordinates: np.ndarray) -> np.ndarray:
+    """Cholesky factor of the block of ``Σ = W Wᵀ`` on ``coordinates`` (a boolean mask).
+
+    The centred ratio's remainder of row ``i`` depends on the coordinates its log-likelihood
+    reads only; its bound measures offsets in this factor's metric (theory §4.1). ``W`` itself
+    when every coordinate is kept; a ``(0, 0)`` array when none is.
+    """
+    metric = np.asarray(metric, dtype=float)
+    coordinates = np.asarray(coordinates, dtype=bool)
+    if coordinates.all():
+        return metric
+    covariance = metric @ metric.T
+    return np.linalg.cholesky(covariance[np.ix_(coordinates, coordinates)])
 
 
 class BarkerDecision(NamedTuple):

@@ -73,8 +73,15 @@ def _unit_clipped(matrix: np.ndarray) -> np.ndarray:
 def _taken(noise: np.ndarray, information: np.ndarray) -> np.ndarray:
     """``f − f (f + v)⁻¹ f`` for a clipped ``f`` (``information``) and ``v`` (``noise``)."""
     noise = 0.5 * (noise + noise.T)
-    taken = information - information @ np.linalg.solve(information + noise, information)
+    # a pseudo-inverse: along a direction where both are 0 (a coordinate the likelihood does
+    # not read: no information, and the release's noise conditioned away) nothing is taken
+    taken = information - information @ _pseudo_inverse(information + noise) @ information
     return 0.5 * (taken + taken.T)
+
+
+def _pseudo_inverse(matrix: np.ndarray) -> np.ndarray:
+    """Moore–Penrose inverse of a symmetric positive semi-definite matrix."""
+    return np.linalg.pinv(0.5 * (matrix + matrix.T), hermitian=True)
 
 
 def widening_information(
@@ -85,8 +92,10 @@ def widening_information(
 
     ``f = I − Lᵀ Π L`` is at most ``I``; a released Fisher's noise can make it indefinite, so
     its eigenvalues are clipped to ``[0, 1]`` here, in these coordinates, which keeps the
-    result in ``[0, I)`` (a clip in the raw coordinates would not). ``v`` is positive definite
-    (the release's noise reaches every direction), so ``f + v`` is too.
+    result in ``[0, I)`` (a clip in the raw coordinates would not). ``v`` is zero along the
+    coordinates the likelihood does not read (the release is conditioned there,
+    :func:`~pymc_dp.mechanisms.conditioned_on_zeros`) and positive elsewhere; where ``f + v``
+    is singular its pseudo-inverse takes nothing.
     """
     return _taken(whitened_noise, _unit_clipped(whitened_information))
 
@@ -134,7 +143,7 @@ def noise_aware_stretch(
     # the mean: −L M Lᵀ A (m̃ − m̂), with Lᵀ A (m̃ − m̂) = (Lᵀ A L) L⁻¹ (θ_c − m̂) + v (f + v)⁻¹ Lᵀ Ĝ
     towards_centre = taken @ (inverse_root @ (np.asarray(centre, dtype=float) - mode))
     gradient = root.T @ np.asarray(gradient, dtype=float)
-    pull = towards_centre + noise @ np.linalg.solve(information + noise, gradient)
+    pull = towards_centre + noise @ _pseudo_inverse(information + noise) @ gradient
     return NoiseAwareStretch(
         centre=mode,
         shift=-root @ _symmetric_power(vectors, values, -1.0) @ pull,

@@ -653,7 +653,8 @@ class Centring(NamedTuple):
     gradient : ndarray
         ``Ĝ``: the noisy clipped log-likelihood gradient sum at ``θ_c``.
     gradient_covariance : ndarray
-        Covariance of ``Ĝ``'s noise (``σ² P⁻¹ P⁻ᵀ``, :class:`CentreGradientRelease`).
+        Covariance of ``Ĝ``'s noise (``σ² P⁻¹ P⁻ᵀ`` conditioned on the coordinates the
+        likelihood does not read, where it is 0: :class:`CentreGradientRelease`).
     metric : ndarray
         ``W``: Cholesky factor of the private posterior covariance ``Σ̂`` (the last usable
         round's Fisher release, with the prior's Hessian at ``θ_c``; the initialisation's

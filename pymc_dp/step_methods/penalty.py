@@ -308,7 +308,9 @@ class DPPenalty(DPStep):
         proposal = (
             IndependenceProposal(start.theta, metric) if self._independence_argument else None
         )
-        typical = centred_bound_rms(metric, start.theta, scale, proposal)
+        typical = centred_bound_rms(
+            metric, start.theta, scale, proposal, coordinates=self._channel.likelihood_coordinates
+        )
 
         def sampler_mu(remainder_clip: float) -> float:
             """PLD ``μ`` of ``chains × length`` iterations at the target noise (the plan)."""
@@ -410,6 +412,7 @@ class DPPenalty(DPStep):
                 self._centring.centre.theta,
                 self.proposal_scale,
                 self._independence,
+                coordinates=self._channel.likelihood_coordinates,
             )
             return _TARGET_CENTRED_NOISE / (2.0 * self.temperature * typical)
         jump = float(np.linalg.norm(self.proposal_scale))

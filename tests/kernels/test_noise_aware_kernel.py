@@ -76,6 +76,23 @@ def test_a_direction_the_likelihood_does_not_inform_is_not_stretched():
     assert stretch.matrix[0, 0] ** 2 / 41.0 == pytest.approx(widened)
 
 
+def test_a_coordinate_the_likelihood_does_not_read_is_not_stretched_and_gives_no_nan():
+    # neither information nor noise along e₂ (the release conditioned on its known zero there):
+    # f + v is singular, and the pseudo-inverse takes nothing along e₂ (a solve would fail)
+    information = np.diag([40.0, 0.0])
+    noise = np.diag([4.0, 0.0])
+    covariance = np.diag([1 / 41.0, 1.0])
+    gradient = np.array([3.0, 0.0])
+    stretch = noise_aware_stretch(
+        np.zeros(2), np.zeros(2), gradient, noise, information, covariance
+    )
+    assert np.all(np.isfinite(stretch.matrix)) and np.all(np.isfinite(stretch.shift))
+    assert stretch.matrix[1, 1] == pytest.approx(1.0) and stretch.matrix[0, 1] == 0.0
+    assert stretch.shift[1] == 0.0
+    widened = 1.0 / (41.0 - 40.0 * 4.0 / 44.0)
+    assert stretch.matrix[0, 0] ** 2 / 41.0 == pytest.approx(widened)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_a_released_fisher_below_the_prior_does_not_stretch_beyond_the_noise(seed):
     # F = Σ̂⁻¹ − Π indefinite (Π larger than Σ̂⁻¹ along some direction: the Fisher's noise). With
