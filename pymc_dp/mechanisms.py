@@ -70,6 +70,7 @@ __all__ = [
     "MinibatchLLRRelease",
     "PrivateChannel",
     "ReleaseCounter",
+    "conditioned_on_zeros",
     "minibatch_llr_estimate",
     "minibatch_llr_sensitivity",
 ]

@@ -92,10 +92,10 @@ def widening_information(
 
     ``f = I − Lᵀ Π L`` is at most ``I``; a released Fisher's noise can make it indefinite, so
     its eigenvalues are clipped to ``[0, 1]`` here, in these coordinates, which keeps the
-    result in ``[0, I)`` (a clip in the raw coordinates would not). ``v`` is zero along the
-    coordinates the likelihood does not read (the release is conditioned there,
-    :func:`~pymc_dp.mechanisms.conditioned_on_zeros`) and positive elsewhere; where ``f + v``
-    is singular its pseudo-inverse takes nothing.
+    result in ``[0, I)`` (a clip in the raw coordinates would not). ``v = Lᵀ V L`` is singular
+    where the model has coordinates the likelihood does not read (``V`` is zero along them:
+    the release is conditioned there, :func:`~pymc_dp.mechanisms.conditioned_on_zeros`), and
+    so can ``f + v`` be; its pseudo-inverse then takes nothing in that null space.
     """
     return _taken(whitened_noise, _unit_clipped(whitened_information))
 
