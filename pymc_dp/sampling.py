@@ -138,7 +138,11 @@ def sample(
     if step.compile_backend == "JAX":  # JAX's runtime does not survive a fork: Linux's default
         methods = multiprocessing.get_all_start_methods()
         kwargs.setdefault("mp_ctx", "forkserver" if "forkserver" in methods else "spawn")
-    idata_kwargs = {**kwargs.pop("idata_kwargs", {}), "log_likelihood": False}
+    # log_likelihood=True is refused above; PyMC's default is not to store it, and PyMC 6
+    # deprecates passing the key at all (a FutureWarning on every run)
+    idata_kwargs = {
+        k: v for k, v in kwargs.pop("idata_kwargs", {}).items() if k != "log_likelihood"
+    }
     with model:
         idata = pm.sample(
             draws=n_draws,

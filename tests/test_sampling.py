@@ -118,6 +118,20 @@ def test_default_output_has_only_private_statistics():
     assert idata.posterior.attrs["dp_leapfrog_steps"] == 3
 
 
+def test_sampling_passes_pymc_no_deprecated_log_likelihood_option():
+    # PyMC 6 deprecates idata_kwargs["log_likelihood"] (a FutureWarning on every run); PyMC's
+    # default already stores none, and pymc_dp refuses True and drops the group anyway
+    step = penalty_step(SPEC.model(data()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pymc_dp.sample(
+            step, chains=1, cores=1, idata_kwargs={"log_likelihood": False}, **quiet()
+        )
+    messages = [str(w.message) for w in caught if "log_likelihood" in str(w.message)]
+    assert not messages, messages
+    assert "log_likelihood" not in group_names(idata)
+
+
 def test_arviz_runs_without_warnings_from_pymc_dp():
     import matplotlib
 
