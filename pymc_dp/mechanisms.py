@@ -565,24 +565,21 @@ class CentreGradientRelease(_GaussianMechanism):
     def noise_covariance(self) -> np.ndarray:
         """Covariance of the noise of ``Ĝ`` as returned (public): ``σ² P⁻¹ P⁻ᵀ`` conditioned on
         its coordinates outside the likelihood (zero rows and columns there)."""
+        return self._conditioned(np.zeros(self.channel.space.ndim))[1]
+
+    def _conditioned(self, released: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``P⁻¹ released`` and its noise covariance, conditioned on the known zeros."""
         inverse = np.linalg.inv(self.centre.whitening)
         covariance = self.noise_std**2 * inverse @ inverse.T
-        return conditioned_on_zeros(
-            np.zeros(covariance.shape[0]), covariance, self.likelihood_coordinates
-        )[1]
+        return conditioned_on_zeros(inverse @ released, covariance, self.likelihood_coordinates)
 
     def __call__(self) -> Release:
         if not self.channel.space.in_support(self.centre.theta):
             raise InvalidParameterError("the centre must be a point inside the model's support.")
         self._record()  # checked against the reservation before the data are read
-        whitening = self.centre.whitening
         total = self._oracle.centre_rows(self.centre).sum(axis=0)
-        noisy = self.channel.noise.release(whitening @ total, self.noise_std)
-        inverse = np.linalg.inv(whitening)
-        value, _ = conditioned_on_zeros(
-            inverse @ noisy, self.noise_std**2 * inverse @ inverse.T, self.likelihood_coordinates
-        )
-        return Release(value, self.noise_std, None)
+        noisy = self.channel.noise.release(self.centre.whitening @ total, self.noise_std)
+        return Release(self._conditioned(noisy)[0], self.noise_std, None)
 
 
 def conditioned_on_zeros(

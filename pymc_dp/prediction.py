@@ -171,8 +171,6 @@ def centred_bound_rms(
         proposed = np.where(pick[:, None], drawn, proposed)
     kept = np.ones(d, dtype=bool) if coordinates is None else np.asarray(coordinates, dtype=bool)
     marginal = marginal_metric(metric, kept)
-    if marginal.shape[0] == 0:  # the likelihood reads no coordinate: nothing is ever read
-        return 0.0
     white = np.linalg.solve(marginal, (theta - centre)[:, kept].T).T
     proposed_white = np.linalg.solve(marginal, (proposed - centre)[:, kept].T).T
     radius = 0.5 * (np.linalg.norm(white, axis=1) + np.linalg.norm(proposed_white, axis=1))

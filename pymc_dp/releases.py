@@ -63,7 +63,7 @@ def marginal_metric(metric: np.ndarray, coordinates: np.ndarray) -> np.ndarray:
 
     The centred ratio's remainder of row ``i`` depends on the coordinates its log-likelihood
     reads only; its bound measures offsets in this factor's metric (theory §4.1). ``W`` itself
-    when every coordinate is kept; a ``(0, 0)`` array when none is.
+    when every coordinate is kept (a likelihood reads at least one: the oracle refuses others).
     """
     metric = np.asarray(metric, dtype=float)
     coordinates = np.asarray(coordinates, dtype=bool)
