@@ -40,7 +40,6 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from pymc_dp import releases
 from pymc_dp.accounting.costs import BarkerCost, GaussianCost, PrivacyCost, SubsampledGaussianCost
@@ -54,7 +53,7 @@ from pymc_dp.errors import (
 from pymc_dp.noise import NoiseSource
 from pymc_dp.oracle import RowLikelihood
 from pymc_dp.parameter_space import ParameterSpace
-from pymc_dp.releases import BarkerDecision, Centre, Release, marginal_metric
+from pymc_dp.releases import BarkerDecision, Centre, Release, RemainderScale
 
 __all__ = [
     "BarkerTest",
@@ -200,6 +199,26 @@ class PrivateChannel:
         model's graph). Along the others (a hierarchy's hyperparameters, which only the prior
         reads) every row's log-likelihood is constant and its gradient zero, for every dataset."""
         return self._oracle.likelihood_coordinates.copy()
+
+    @property
+    def fisher_pattern(self) -> np.ndarray:
+        """Which entries of ``Σ_i ∇ℓ_i ∇ℓ_iᵀ`` can be non-zero for any dataset (a boolean
+        ``d × d`` matrix; public: the model's graph). Zero off the likelihood's coordinates, and
+        between two groups' entries of a variable each row reads at one group (``a[g_i]``)."""
+        return self._oracle.fisher_pattern.copy()
+
+    @property
+    def row_blocks(self) -> np.ndarray | None:
+        """The coordinates of ``θ`` each group's rows read (``(groups, m)``), where every
+        gathered variable is read at one grouping; ``None`` otherwise (public: the graph)."""
+        blocks = self._oracle.row_blocks
+        return None if blocks is None else blocks.copy()
+
+    @property
+    def gathered_blocks(self) -> list[tuple[int, int, int]]:
+        """The variables each row reads at one group (``a[g_i]``), as ``(first coordinate,
+        groups, coordinates per group)`` in ``θ`` (public: the model's graph)."""
+        return list(self._oracle.gathered_blocks)
 
     @property
     def model(self) -> Any:
@@ -424,27 +443,17 @@ class CentredLLRRelease(_NoisySum):
         self.centre_gradient = gradient.copy()
         self.metric = np.tril(metric)
         self.likelihood_coordinates = channel.likelihood_coordinates
-        # W_L⁻¹ once: a triangular solve per point cost more than the ratio's arithmetic
-        marginal = marginal_metric(self.metric, self.likelihood_coordinates)
-        self._metric_inverse = scipy.linalg.solve_triangular(
-            marginal, np.eye(marginal.shape[0]), lower=True
+        self.scale = RemainderScale(
+            self.metric, self.centre.theta, self.likelihood_coordinates, channel.row_blocks
         )
         self.remainder_clip = float(remainder_clip)
         self._oracle.compile_centred()  # every call makes that pass: compiled before the chain
         self._finish()
 
-    def whiten(self, theta: np.ndarray) -> np.ndarray:
-        """``u = W_L⁻¹(θ − θ_c)_L``, on the likelihood's coordinates ``L``."""
-        offset = np.asarray(theta, dtype=float) - self.centre.theta
-        return self._metric_inverse @ offset[self.likelihood_coordinates]
-
     def bound(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
-        """``B = h ‖δ‖ (‖u‖ + ‖u'‖)/2``: public, from the two points only."""
-        u, u_new = self.whiten(theta), self.whiten(theta_new)
-        step = u_new - u
-        # Euclidean norms as √(v·v): np.linalg.norm's dispatch cost more than the arithmetic
-        radius = 0.5 * (math.sqrt(u @ u) + math.sqrt(u_new @ u_new))
-        return self.remainder_clip * math.sqrt(step @ step) * radius
+        """``B = h ‖δ‖ (‖u‖ + ‖u'‖)/2`` (:class:`~pymc_dp.releases.RemainderScale`): public,
+        from the two points only."""
+        return self.remainder_clip * self.scale(theta, theta_new)
 
     def __call__(self, theta: np.ndarray, theta_new: np.ndarray) -> Release:
         none = 0 if self.count_clipped else None

@@ -66,7 +66,13 @@ from pymc_dp._compile import (
     gc_paused,
     without_traces,
 )
-from pymc_dp._gathers import lift_gathers, row_gathers
+from pymc_dp._gathers import (
+    fisher_pattern,
+    lift_gathers,
+    row_blocks,
+    row_gathers,
+    shared_index_groups,
+)
 from pymc_dp._leaks import (
     check_deterministics,
     check_terms,
@@ -260,6 +266,16 @@ class RowLikelihood:
         Which coordinates of the raveled ``θ`` the log-likelihood reads (public: the model's
         graph). The others (e.g. a centred hierarchy's ``μ_a``, ``σ_a``, read by the prior
         only) have a zero per-row gradient for every dataset.
+    fisher_pattern : ndarray of bool
+        ``d × d``: the entries of ``Σ_i ∇ℓ_i ∇ℓ_iᵀ`` that can be non-zero for some dataset
+        (public: the graph). Zero off the likelihood's coordinates and between two groups'
+        entries of variables each row reads at one group (``a[g_i]``, ``b[g_i]``).
+    gathered_blocks : list of tuple
+        The variables each row reads at one group, as ``(first coordinate, groups,
+        coordinates per group)`` in ``θ``.
+    row_blocks : ndarray of int or None
+        ``(groups, m)``: the coordinates of ``θ`` each group's rows read, when every gathered
+        variable is read at one index with the same number of groups; else ``None``.
 
     Notes
     -----
@@ -641,6 +657,7 @@ class RowLikelihood:
             }
             lik_vars = dense_vars
             self.gathered_vars = [v.name for v in gathers]
+            self._gather_groups = shared_index_groups(gathers)
             self._single_row_axis = True
         else:
             inputs = self._row_placeholders((None,))
@@ -659,6 +676,7 @@ class RowLikelihood:
             grads = clone_replace(grads, {weights: pt.ones_like(ell)})
             sparse = {}
             self.gathered_vars = []
+            self._gather_groups = {}
             self._single_row_axis = False
         m = ell.shape[0]
         blocks = {v: g.reshape((m, -1)) for v, g in zip(lik_vars, grads, strict=True)}
@@ -685,6 +703,18 @@ class RowLikelihood:
         for v, sl, _ in self.space.slices:
             if v in blocks or v in sparse:
                 self.likelihood_coordinates[sl] = True
+        self.fisher_pattern = fisher_pattern(
+            self.space.slices, self.likelihood_coordinates, self._gather_groups
+        )
+        # each gathered variable's place in θ: (first coordinate, groups, coordinates per group)
+        self.gathered_blocks = [
+            (sl.start, shape[0], (sl.stop - sl.start) // shape[0])
+            for v, sl, shape in self.space.slices
+            if v in self._gather_groups
+        ]
+        self.row_blocks = row_blocks(
+            self.likelihood_coordinates, self.gathered_blocks, set(self._gather_groups.values())
+        )
         sparse_vars = list(sparse)
         flat = [ell, *blocks.values(), *[part for v in sparse_vars for part in sparse[v]]]
         ell_theta, *flat_theta = self.space.to_theta(flat)
@@ -871,7 +901,7 @@ class RowLikelihood:
         # worker starts (the workers have no model to check).
         self.check_deterministics()
         state = self.__dict__.copy()
-        for key in ("model", "_lik_terms", "_prior"):
+        for key in ("model", "_lik_terms", "_prior", "_gather_groups"):
             state[key] = None
         state["_loglik_cache"] = []
         state["_centre_cache"] = None  # recomputed on first use (one gradient pass)

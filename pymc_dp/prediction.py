@@ -26,7 +26,7 @@ import numpy as np
 
 from pymc_dp.accounting import gaussian_capacity
 from pymc_dp.errors import InvalidParameterError
-from pymc_dp.releases import marginal_metric
+from pymc_dp.releases import RemainderScale
 
 __all__ = [
     "ESSPrediction",
@@ -80,13 +80,18 @@ def independence_acceptance(
     df: float = 7.0,
     seed: int = 0,
     remainder_clip: float | None = None,
+    coordinates: np.ndarray | None = None,
+    row_blocks: np.ndarray | None = None,
 ) -> float:
     """Mean acceptance of a ``t_df(0, Σ)`` independence proposal against ``N(0, Σ)`` with the
     penalty test's noise ``σ = 2 z T b_l ‖θ' − θ‖``: ``E min(1, w'/w · e^{ξ − σ²/2})``.
 
     With ``remainder_clip`` ``h`` the ratio is the centred one
     (:class:`~pymc_dp.mechanisms.CentredLLRRelease`, centre at the mean, metric ``Σ^{1/2}``):
-    ``σ = 2 z T h ‖δ‖ (‖u‖ + ‖u'‖)/2`` in whitened coordinates, and ``llr_clip`` is unused."""
+    ``σ = 2 z T h s(θ, θ')`` with the bound's scale ``s``
+    (:class:`~pymc_dp.releases.RemainderScale`: on the likelihood's ``coordinates``, per
+    group with ``row_blocks``; ``‖δ‖ (‖u‖ + ‖u'‖)/2`` in whitened coordinates without them),
+    and ``llr_clip`` is unused."""
     rng = np.random.default_rng(seed)
     d = covariance.shape[0]
     root = np.linalg.cholesky(covariance)
@@ -102,9 +107,15 @@ def independence_acceptance(
         jump = np.linalg.norm((proposal_white - white) @ root.T, axis=1)
         sigma = 2.0 * noise_multiplier * temperature * llr_clip * jump
     else:
-        radius = 0.5 * (np.linalg.norm(white, axis=1) + np.linalg.norm(proposal_white, axis=1))
-        jump = np.linalg.norm(proposal_white - white, axis=1)
-        sigma = 2.0 * noise_multiplier * temperature * remainder_clip * jump * radius
+        kept = np.ones(d, dtype=bool) if coordinates is None else np.asarray(coordinates, bool)
+        scale = RemainderScale(root, np.zeros(d), kept, row_blocks)
+        sigma = (
+            2.0
+            * noise_multiplier
+            * temperature
+            * remainder_clip
+            * scale(white @ root.T, proposal_white @ root.T)
+        )
     xi = rng.standard_normal(_SAMPLES) * sigma
     log_ratio = log_weight(proposal_white) - log_weight(white) + xi - 0.5 * sigma**2
     return float(np.mean(np.exp(np.minimum(log_ratio, 0.0))))
@@ -122,11 +133,13 @@ def predict_penalty_ess(
     df: float = 7.0,
     iterations: int | None = None,
     remainder_clip: float | None = None,
+    coordinates: np.ndarray | None = None,
+    row_blocks: np.ndarray | None = None,
 ) -> ESSPrediction:
     """Effective draws of ``chains × draws`` DP-penalty draws with the independence mixture.
 
     With ``remainder_clip`` the step releases the centred ratio (see
-    :func:`independence_acceptance`)."""
+    :func:`independence_acceptance`, which takes ``coordinates`` and ``row_blocks``)."""
     a = independence_acceptance(
         noise_multiplier,
         llr_clip,
@@ -134,6 +147,8 @@ def predict_penalty_ess(
         temperature=temperature,
         df=df,
         remainder_clip=remainder_clip,
+        coordinates=coordinates,
+        row_blocks=row_blocks,
     )
     moving = independence_probability * a
     ess = chains * draws * moving / (2.0 - moving)
@@ -147,6 +162,7 @@ def centred_bound_rms(
     independence: object | None,
     *,
     coordinates: np.ndarray | None = None,
+    row_blocks: np.ndarray | None = None,
     seed: int = 0,
 ) -> float:
     """Root mean square of the centred ratio's bound per unit clip, ``‖δ‖ (‖u‖ + ‖u'‖)/2``.
@@ -156,7 +172,9 @@ def centred_bound_rms(
     ``independence.probability``) a draw of the independence proposal
     (:class:`~pymc_dp.kernels.penalty.IndependenceProposal`). With ``coordinates`` (the
     likelihood's, a boolean mask) the offsets are taken on those only, in the metric of
-    ``W Wᵀ``'s block there, as :class:`~pymc_dp.mechanisms.CentredLLRRelease` takes them.
+    ``W Wᵀ``'s block there, and with ``row_blocks`` (the coordinates each group's rows read)
+    per group, the largest over groups, as :class:`~pymc_dp.mechanisms.CentredLLRRelease`
+    takes them (:class:`~pymc_dp.releases.RemainderScale`).
     """
     rng = np.random.default_rng(seed)
     d = centre.size
@@ -170,11 +188,7 @@ def centred_bound_rms(
         pick = rng.uniform(size=_SAMPLES) < independence.probability
         proposed = np.where(pick[:, None], drawn, proposed)
     kept = np.ones(d, dtype=bool) if coordinates is None else np.asarray(coordinates, dtype=bool)
-    marginal = marginal_metric(metric, kept)
-    white = np.linalg.solve(marginal, (theta - centre)[:, kept].T).T
-    proposed_white = np.linalg.solve(marginal, (proposed - centre)[:, kept].T).T
-    radius = 0.5 * (np.linalg.norm(white, axis=1) + np.linalg.norm(proposed_white, axis=1))
-    bound = np.linalg.norm(proposed_white - white, axis=1) * radius
+    bound = RemainderScale(metric, centre, kept, row_blocks)(theta, proposed)
     return float(np.sqrt(np.mean(bound**2)))
 
 

@@ -13,6 +13,7 @@ released numbers, never the data or the oracle.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -21,6 +22,7 @@ __all__ = [
     "BarkerDecision",
     "Centre",
     "Release",
+    "RemainderScale",
     "clip_from_counts",
     "clip_ratio",
     "clipped_ratio_sum",
@@ -71,6 +73,68 @@ def marginal_metric(metric: np.ndarray, coordinates: np.ndarray) -> np.ndarray:
         return metric
     covariance = metric @ metric.T
     return np.linalg.cholesky(covariance[np.ix_(coordinates, coordinates)])
+
+
+class RemainderScale:
+    """``s(θ, θ') = ‖δ‖ (‖u‖ + ‖u'‖)/2``: the centred ratio's bound per unit clip (theory §4.1).
+
+    ``u = W_S⁻¹(θ − θ_c)_S``, ``u' = W_S⁻¹(θ' − θ_c)_S``, ``δ = u' − u``, on the coordinates
+    ``S`` a row's log-likelihood reads, in the metric ``W_S`` of ``Σ = W Wᵀ``'s block there
+    (:func:`marginal_metric`). Without ``row_blocks``, ``S`` is the likelihood's coordinates for
+    every row. With them (``(groups, m)``: the coordinates the rows of each group read, e.g.
+    its intercept and the coefficients every row reads) each group's rows have their own
+    ``S_j``, and the scale is the largest over groups, ``max_j s_j``: row ``i``'s remainder is
+    at most ``h_i s_{g_i} ≤ h_i max_j s_j``, so clipping every row at ``h max_j s_j`` keeps the
+    sensitivity ``2T·B`` while a move's scale no longer adds up the offsets of every group (in
+    d dimensions ``‖δ‖²`` is ``d`` times one direction's; ``max_j ‖δ_{S_j}‖²`` only a few
+    times). Never larger than the likelihood-wide scale (a marginal norm is at most the norm
+    on more coordinates). Public: from the points, the centre and the metric only.
+    """
+
+    def __init__(
+        self,
+        metric: np.ndarray,
+        centre: np.ndarray,
+        coordinates: np.ndarray,
+        row_blocks: np.ndarray | None = None,
+    ) -> None:
+        metric = np.asarray(metric, dtype=float)
+        self.centre = np.array(centre, dtype=float)
+        coordinates = np.asarray(coordinates, dtype=bool)
+        if row_blocks is None:
+            blocks = np.flatnonzero(coordinates)[None, :]
+            factors = marginal_metric(metric, coordinates)[None]
+        else:
+            blocks = np.asarray(row_blocks, dtype=np.int64)
+            covariance = metric @ metric.T
+            factors = np.linalg.cholesky(covariance[blocks[:, :, None], blocks[:, None, :]])
+        self.blocks = blocks
+        eye = np.broadcast_to(np.eye(blocks.shape[1]), factors.shape)
+        self._inverse = np.linalg.solve(factors, eye)  # (groups, m, m), lower triangular
+        # one block (no groups): a plain product per point, the chain's per-iteration path
+        self._single = (self._inverse[0], blocks[0]) if blocks.shape[0] == 1 else None
+
+    def whiten(self, theta: np.ndarray) -> np.ndarray:
+        """``u`` for each block: ``(..., groups, m)`` for points ``(..., d)``."""
+        offset = np.asarray(theta, dtype=float) - self.centre
+        return np.einsum("gij,...gj->...gi", self._inverse, offset[..., self.blocks])
+
+    def __call__(self, theta: np.ndarray, theta_new: np.ndarray) -> np.ndarray | float:
+        """``max_j ‖δ_j‖ (‖u_j‖ + ‖u'_j‖)/2`` for one pair (a float) or stacked pairs."""
+        if self._single is not None and np.ndim(theta) == 1:
+            inverse, kept = self._single
+            u = inverse @ (np.asarray(theta, dtype=float)[kept] - self.centre[kept])
+            u_new = inverse @ (np.asarray(theta_new, dtype=float)[kept] - self.centre[kept])
+            step = u_new - u
+            # Euclidean norms as √(v·v): np.linalg.norm's dispatch costs more than the sums
+            return math.sqrt(step @ step) * 0.5 * (math.sqrt(u @ u) + math.sqrt(u_new @ u_new))
+        u, u_new = self.whiten(theta), self.whiten(theta_new)
+        norm = np.sqrt(np.sum(u * u, axis=-1))
+        norm_new = np.sqrt(np.sum(u_new * u_new, axis=-1))
+        step = u_new - u
+        scales = np.sqrt(np.sum(step * step, axis=-1)) * 0.5 * (norm + norm_new)
+        out = np.max(scales, axis=-1)
+        return float(out) if np.ndim(out) == 0 else out
 
 
 class BarkerDecision(NamedTuple):

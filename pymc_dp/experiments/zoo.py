@@ -326,6 +326,38 @@ def _hier_centred(data: dict[str, np.ndarray]) -> pm.Model:
     return model
 
 
+# ------------------------------------------------- radon notebook: 85 unequal counties
+
+_COUNTIES = 85
+_RADON = {"mu_a": 1.3, "sigma_a": 0.35, "beta": -0.66, "sigma_y": 0.75}
+
+
+def _radon_simulate(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    p = _RADON
+    weights = rng.dirichlet(np.full(_COUNTIES, 2.0))  # counties of unequal sizes
+    alpha = p["mu_a"] + p["sigma_a"] * rng.normal(size=_COUNTIES)
+    county = rng.choice(_COUNTIES, size=n, p=weights)
+    floor = rng.integers(0, 2, size=n).astype(float)
+    y = alpha[county] + p["beta"] * floor + p["sigma_y"] * rng.normal(size=n)
+    return {"county": county.astype("int64"), "floor": floor, "y": y}
+
+
+def _radon_build(data: dict[str, np.ndarray]) -> pm.Model:
+    """Varying intercepts as PyMC's radon notebook writes them (centred, Exponential scales)."""
+    coords = _obs_coords(len(data["y"]), county=np.arange(_COUNTIES))
+    with pm.Model(coords=coords) as model:
+        floor_idx = pm.Data("floor_idx", data["floor"], dims="obs_id")
+        county_idx = pm.Data("county_idx", data["county"], dims="obs_id")
+        mu_a = pm.Normal("mu_a", mu=0.0, sigma=10.0)
+        sigma_a = pm.Exponential("sigma_a", 1.0)
+        alpha = pm.Normal("alpha", mu=mu_a, sigma=sigma_a, dims="county")
+        beta = pm.Normal("beta", mu=0.0, sigma=10.0)
+        sigma_y = pm.Exponential("sigma_y", 1.0)
+        theta = alpha[county_idx] + beta * floor_idx
+        pm.Normal("y", theta, sigma=sigma_y, observed=data["y"], dims="obs_id")
+    return model
+
+
 # ---------------------------------------------------------------- ordinal regression
 
 _ORDINAL = {"beta": np.array([0.8, -0.5]), "cutpoints": np.array([-1.5, 0.0, 1.2])}
@@ -467,6 +499,14 @@ ZOO: dict[str, ZooModel] = {
             _hier_simulate,
             _hier_centred_build,
             _HIER,
+        ),
+        ZooModel(
+            "radon_counties",
+            f"Varying intercepts, centred ({_COUNTIES} counties of unequal sizes, a floor effect;"
+            " the radon notebook's model)",
+            _radon_simulate,
+            _radon_build,
+            _RADON,
         ),
         ZooModel(
             "ordinal",

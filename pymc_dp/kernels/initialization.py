@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pymc_dp.kernels.fisher_noise import FisherNoise
 from pymc_dp.releases import Release
 
 __all__ = [
@@ -283,6 +284,7 @@ def covariance_from_fisher(
     fallback: np.ndarray | None = None,
     *,
     midpoint: bool = False,
+    pattern: np.ndarray | None = None,
 ) -> np.ndarray:
     """Posterior covariance ``(P⁻¹ F P⁻ᵀ − H_prior)⁻¹`` from a released Fisher matrix.
 
@@ -323,14 +325,15 @@ def covariance_from_fisher(
     likelihood does not inform — made the zoo's mixture, whose Fisher far from the mode
     resolves few directions, 10–50 times too wide and its centre 100–1400 sd off.)
     """
-    fisher, matrix, radius = _released_fisher(fisher, whitening, noise_std)
+    fisher, matrix, noise = _released_fisher(fisher, whitening, noise_std, pattern)
     prior_part = prior_information(prior_hessian)
     values, vectors = np.linalg.eigh(fisher)
+    radius = noise.radii(values, vectors)
     unresolved = values < radius
     kept = np.where(unresolved, radius, values)
     if midpoint and np.any(unresolved):
         along = _along_each(vectors, matrix @ prior_part @ matrix.T)
-        below = values - min(3.0 * float(noise_std), radius)  # one direction's noise, 3 sd
+        below = values - np.minimum(3.0 * float(noise_std), radius)  # one direction's noise, 3 sd
         low = np.maximum(along + np.maximum(below, 0.0), 0.01 * radius)
         high = np.maximum(along + values + radius, low)
         kept = np.where(unresolved, np.maximum(np.sqrt(low * high) - along, 0.0), values)
@@ -350,7 +353,8 @@ def covariance_from_fisher(
         total = span.T @ (fisher + matrix @ prior_part @ matrix.T) @ span
         lows, turns = np.linalg.eigh(0.5 * (total + total.T))
         lift = span @ turns
-        fisher = fisher + (lift * np.maximum(0.01 * radius - lows, 0.0)) @ lift.T
+        floor = 0.01 * float(np.max(radius[unresolved]))
+        fisher = fisher + (lift * np.maximum(floor - lows, 0.0)) @ lift.T
     inverse = np.linalg.inv(matrix)
     information = inverse @ fisher @ inverse.T + prior_part
     covariance = np.linalg.inv(information)
@@ -367,33 +371,43 @@ def _along_each(vectors: np.ndarray, matrix: np.ndarray) -> np.ndarray:
 
 
 def _released_fisher(
-    fisher: np.ndarray, whitening: np.ndarray, noise_std: float
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """A released Fisher matrix symmetrised, its whitening as a ``d × d`` matrix, and its noise
-    radius ``2σ√d`` (:func:`_fisher_noise_radius`)."""
-    fisher = 0.5 * (np.asarray(fisher, dtype=float) + np.asarray(fisher, dtype=float).T)
+    fisher: np.ndarray,
+    whitening: np.ndarray,
+    noise_std: float,
+    pattern: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, FisherNoise]:
+    """A released Fisher matrix symmetrised and fitted to the entries ``pattern`` allows, its
+    whitening as a ``d × d`` matrix, and its noise model
+    (:class:`~pymc_dp.kernels.fisher_noise.FisherNoise`)."""
     matrix = np.asarray(whitening, dtype=float)
     if matrix.ndim == 1:
         matrix = np.diag(matrix)
-    return fisher, matrix, _fisher_noise_radius(noise_std, fisher.shape[0])
+    noise = FisherNoise(noise_std, matrix, pattern)
+    return noise.project(fisher), matrix, noise
 
 
-def _fisher_noise_radius(noise_std: float, d: int) -> float:
-    """``r = 2σ√d``: about the spectral norm of a symmetric ``d × d`` noise of entry sd ``σ``."""
-    return 2.0 * float(noise_std) * math.sqrt(d)
+def unresolved_directions(
+    fisher: np.ndarray,
+    noise_std: float,
+    whitening: np.ndarray | None = None,
+    pattern: np.ndarray | None = None,
+) -> int:
+    """How many eigenvalues of a released Fisher matrix are below their noise radius.
 
-
-def unresolved_directions(fisher: np.ndarray, noise_std: float) -> int:
-    """How many eigenvalues of a released Fisher matrix are below its noise radius ``2σ√d``.
-
-    Along those eigenvectors the release does not tell the information from its noise, and
-    :func:`covariance_from_fisher` takes a rougher guess there (an earlier estimate, or the
-    range's geometric midpoint). Public
-    (post-processing of the release).
+    The radius is ``2σ√d`` without public zeros; with the likelihood's ``pattern`` of entries
+    that can be non-zero (and the release's ``whitening``), the released matrix is fitted to
+    it and each direction gets the radius of
+    :meth:`~pymc_dp.kernels.fisher_noise.FisherNoise.radii`. Along those eigenvectors the
+    release does not tell the information from its noise, and :func:`covariance_from_fisher`
+    takes a rougher guess there (an earlier estimate, or the range's geometric midpoint).
+    Public (post-processing of the release).
     """
-    fisher = np.asarray(fisher, dtype=float)
-    values = np.linalg.eigvalsh(0.5 * (fisher + fisher.T))
-    return int(np.sum(values < _fisher_noise_radius(noise_std, fisher.shape[0])))
+    d = np.shape(fisher)[0]
+    fisher, _, noise = _released_fisher(
+        fisher, np.eye(d) if whitening is None else whitening, noise_std, pattern
+    )
+    values, vectors = np.linalg.eigh(fisher)
+    return int(np.sum(values < noise.radii(values, vectors)))
 
 
 def loose_directions(
@@ -402,6 +416,7 @@ def loose_directions(
     noise_std: float,
     prior_hessian: np.ndarray,
     factor: float = _LOOSE_FACTOR,
+    pattern: np.ndarray | None = None,
 ) -> int:
     """How many unresolved directions of a released Fisher matrix leave the posterior's
     information along them uncertain by more than ``factor``.
@@ -417,8 +432,9 @@ def loose_directions(
     first one gives spreads the clip over it and tightens the range in both cases. Public
     (post-processing of the release).
     """
-    fisher, matrix, radius = _released_fisher(fisher, whitening, noise_std)
+    fisher, matrix, noise = _released_fisher(fisher, whitening, noise_std, pattern)
     values, vectors = np.linalg.eigh(fisher)
+    radius = noise.radii(values, vectors)
     prior = matrix @ prior_information(prior_hessian) @ matrix.T
     along = _along_each(vectors, prior)
     low = along + np.maximum(values - radius, 0.0)

@@ -64,6 +64,22 @@ _CENTRED_START_SPREAD = 2.0
 _CENTRED_MAX_STEP = 10.0
 
 
+#: The independence proposal's degrees of freedom: 7, or d/3 beyond 21 parameters.
+_INDEPENDENCE_DF = 7.0
+
+
+def _independence_df(d: int) -> float:
+    """Degrees of freedom of the independence proposal's t in ``d`` dimensions.
+
+    The t's heavy tails cover a private covariance that is too narrow, but in many dimensions
+    its radius, ``‖u‖² ~ d·F(d, ν)``, strays far from a Gaussian target's (``d ± √(2d)``), and
+    the Hastings weights with it: with the exact covariance and no noise, ``t₇`` accepts 81 %
+    of its draws in d = 5 and 33 % in d = 89; ``t₃₀`` 59 % in d = 89, and with every sd off by
+    10 % (as the centring's ``Σ̂`` can be) 26 % against ``t₇``'s 15 % (public Monte Carlo).
+    """
+    return max(_INDEPENDENCE_DF, d / 3.0)
+
+
 class DPPenalty(DPStep):
     """Differentially private penalty-method Metropolis–Hastings (theory §4.1, §4.2).
 
@@ -119,7 +135,8 @@ class DPPenalty(DPStep):
         Acceptance rate tuning aims at (0.234, or 0.44 with one-component updates).
     independence : bool
         With a private initialisation, propose from a multivariate t around its Laplace
-        approximation with probability ½ per iteration (with the Hastings term). Default True.
+        approximation with probability ½ per iteration (with the Hastings term; ν = 7, or
+        d/3 beyond 21 parameters). Default True.
     control_variate : bool
         Default True: on the automatic full-data step, release the ratio less its linear part
         at the private mode (theory §4.1, "the centred ratio"). One gradient release there,
@@ -306,10 +323,17 @@ class DPPenalty(DPStep):
         scale = 2.38 / np.sqrt(self.space.ndim) * start.scale
         metric = np.linalg.cholesky(start.covariance)
         proposal = (
-            IndependenceProposal(start.theta, metric) if self._independence_argument else None
+            IndependenceProposal(start.theta, metric, df=_independence_df(self.space.ndim))
+            if self._independence_argument
+            else None
         )
         typical = centred_bound_rms(
-            metric, start.theta, scale, proposal, coordinates=self._channel.likelihood_coordinates
+            metric,
+            start.theta,
+            scale,
+            proposal,
+            coordinates=self._channel.likelihood_coordinates,
+            row_blocks=self._channel.row_blocks,
         )
 
         def sampler_mu(remainder_clip: float) -> float:
@@ -402,7 +426,9 @@ class DPPenalty(DPStep):
                 start.covariance if self._centring is not None else start.proposal_covariance
             )
             root = np.linalg.cholesky(covariance)
-            self._independence = IndependenceProposal(start.theta, root)
+            self._independence = IndependenceProposal(
+                start.theta, root, df=_independence_df(self.space.ndim)
+            )
 
     def _target_noise_multiplier(self) -> float:
         """``z`` whose ratio noise is ``_TARGET_RATIO_NOISE`` nats at the typical jump."""
@@ -413,6 +439,7 @@ class DPPenalty(DPStep):
                 self.proposal_scale,
                 self._independence,
                 coordinates=self._channel.likelihood_coordinates,
+                row_blocks=self._channel.row_blocks,
             )
             return _TARGET_CENTRED_NOISE / (2.0 * self.temperature * typical)
         jump = float(np.linalg.norm(self.proposal_scale))
@@ -478,6 +505,8 @@ class DPPenalty(DPStep):
             independence_probability=self._independence.probability,
             df=self._independence.df,
             remainder_clip=None if centring is None else centring.remainder_clip,
+            coordinates=self._channel.likelihood_coordinates,
+            row_blocks=self._channel.row_blocks,
         ).ess
 
     def _build_mechanisms(self, noise_scale: float | None) -> None:

@@ -39,6 +39,7 @@ EXPECTED_D = {
     "group_offsets": 8,
     "hierarchical": 54,
     "hierarchical_centred": 54,
+    "radon_counties": 89,
     "ordinal": 5,
     "ordinal_no_p": 5,
     "mixture": 5,
@@ -59,10 +60,15 @@ def test_the_zoo_has_the_models_of_the_issue():
         assert bool(zoo_model.note) == (name in REFUSED), name
 
 
+# rows where the Laplace reference is checked: 85 unequal counties need more rows than 2000
+# for it (at 2000 its importance weights kept 59 of 1000 draws, at 2·10⁴ 671)
+REFERENCE_ROWS = {"radon_counties": 20_000}
+
+
 @pytest.mark.parametrize("name", list(ZOO))
 def test_simulates_builds_and_has_a_finite_reference(name):
     zoo_model = ZOO[name]
-    n = 2000
+    n = REFERENCE_ROWS.get(name, 2000)
     data, model = zoo_model.model(n, seed=0)
     assert all(len(v) == n for v in data.values())
     assert [rv.name for rv in model.observed_RVs] == ["y"]
