@@ -451,8 +451,9 @@ class CentredLLRRelease(_NoisySum):
         self._finish()
 
     def bound(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
-        """``B = h ‖δ‖ (‖u‖ + ‖u'‖)/2`` (:class:`~pymc_dp.releases.RemainderScale`): public,
-        from the two points only."""
+        """``B = h ‖δ‖ (‖u‖ + ‖u'‖)/2`` (:class:`~pymc_dp.releases.RemainderScale`: on the
+        likelihood's coordinates, and with the oracle's ``row_blocks`` the largest over each
+        group's own coordinates): public, from the two points only."""
         return self.remainder_clip * self.scale(theta, theta_new)
 
     def __call__(self, theta: np.ndarray, theta_new: np.ndarray) -> Release:

@@ -269,7 +269,7 @@ class RowLikelihood:
     fisher_pattern : ndarray of bool
         ``d × d``: the entries of ``Σ_i ∇ℓ_i ∇ℓ_iᵀ`` that can be non-zero for some dataset
         (public: the graph). Zero off the likelihood's coordinates and between two groups'
-        entries of variables each row reads at one group (``a[g_i]``, ``b[g_i]``).
+        entries of variables each row reads at one group of the same index (``a[g_i]``, ``b[g_i]``).
     gathered_blocks : list of tuple
         The variables each row reads at one group, as ``(first coordinate, groups,
         coordinates per group)`` in ``θ``.

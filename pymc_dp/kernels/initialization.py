@@ -288,6 +288,9 @@ def covariance_from_fisher(
 ) -> np.ndarray:
     """Posterior covariance ``(P⁻¹ F P⁻ᵀ − H_prior)⁻¹`` from a released Fisher matrix.
 
+    With the likelihood's ``pattern`` (``RowLikelihood.fisher_pattern``) the release is first
+    fitted to the entries it can have and ``r`` is the projected noise's spectral norm
+    (:class:`~pymc_dp.kernels.fisher_noise.FisherNoise`); otherwise as follows.
     ``F`` is :class:`~pymc_dp.mechanisms.FisherRelease`'s noisy ``Σ_i v_i v_iᵀ``, ``v_i = P ∇ℓ_i``
     (``whitening`` ``P``, a ``d × d`` matrix, or a vector for a diagonal one). Its noise
     (entries of sd ``σ``) has spectral norm about ``r = 2σ√d``, so each eigenvalue ``λ_k`` of
@@ -393,6 +396,8 @@ def unresolved_directions(
     pattern: np.ndarray | None = None,
 ) -> int:
     """How many eigenvalues of a released Fisher matrix are below their noise radius.
+
+    With a ``pattern``, give the release's ``whitening`` too (the fit is in its coordinates).
 
     The radius is ``2σ√d`` without public zeros; with the likelihood's ``pattern`` of entries
     that can be non-zero (and the release's ``whitening``), the released matrix is fitted to

@@ -712,20 +712,38 @@ class Centring(NamedTuple):
         return float(np.max(np.sqrt(np.diag(moved) / np.diag(covariance))))
 
 
+#: The independence proposal's degrees of freedom: 7, or d/3 beyond 21 parameters.
+_INDEPENDENCE_DF = 7.0
+
+
+def independence_df(d: int) -> float:
+    """Degrees of freedom of DPPenalty's independence proposal (a t) in ``d`` dimensions.
+
+    The t's heavy tails cover a private covariance that is too narrow, but in many dimensions
+    its radius, ``‖u‖² ~ d·F(d, ν)``, strays far from a Gaussian target's (``d ± √(2d)``), and
+    the Hastings weights with it: with the exact covariance and no noise, ``t₇`` accepts 81 %
+    of its draws in d = 5 and 33 % in d = 89; ``t₃₀`` 59 % in d = 89, and with every sd off by
+    10 % (as the centring's ``Σ̂`` can be) 26 % against ``t₇``'s 15 % (public Monte Carlo).
+    """
+    return max(_INDEPENDENCE_DF, d / 3.0)
+
+
 def centring_pairs(
     theta: np.ndarray, metric: np.ndarray, rng: np.random.Generator, m: int
 ) -> np.ndarray:
     """``m`` public pairs ``(θ, θ')`` like the sampler's: ``θ ~ N(θ_c, Σ̂)``, then a random-walk
-    jump (``2.38/√d`` in ``Σ̂``) or an independence draw (``t_7(θ_c, Σ̂)``), alternately."""
+    jump (``2.38/√d`` in ``Σ̂``) or an independence draw (``t_ν(θ_c, Σ̂)``,
+    ``ν`` = :func:`independence_df`), alternately."""
     theta = np.asarray(theta, dtype=float)
     d = theta.size
+    df = independence_df(d)
     pairs = np.empty((m, 2, d))
     for k in range(m):
         u = rng.standard_normal(d)
         if k % 2 == 0:
             u_new = u + 2.38 / math.sqrt(d) * rng.standard_normal(d)
         else:
-            u_new = rng.standard_normal(d) / math.sqrt(rng.chisquare(7.0) / 7.0)
+            u_new = rng.standard_normal(d) / math.sqrt(rng.chisquare(df) / df)
         pairs[k] = theta + np.stack([u, u_new]) @ metric.T
     return pairs
 

@@ -27,7 +27,11 @@ from pymc_dp.mechanisms import (
 from pymc_dp.prediction import centred_bound_rms, predict_penalty_ess
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
 from pymc_dp.step_methods.base import DEFAULT_CHAINS, DPStep, _given_length
-from pymc_dp.step_methods.initialization import PrivateStart, private_centring
+from pymc_dp.step_methods.initialization import (
+    PrivateStart,
+    independence_df,
+    private_centring,
+)
 from pymc_dp.step_methods.options import (
     check_batch_size,
     check_flag,
@@ -62,22 +66,6 @@ _CENTRED_CHAIN_LENGTH = 2000
 #: overdispersed, so that R̂ compares chains that came from different places.
 _CENTRED_START_SPREAD = 2.0
 _CENTRED_MAX_STEP = 10.0
-
-
-#: The independence proposal's degrees of freedom: 7, or d/3 beyond 21 parameters.
-_INDEPENDENCE_DF = 7.0
-
-
-def _independence_df(d: int) -> float:
-    """Degrees of freedom of the independence proposal's t in ``d`` dimensions.
-
-    The t's heavy tails cover a private covariance that is too narrow, but in many dimensions
-    its radius, ``‖u‖² ~ d·F(d, ν)``, strays far from a Gaussian target's (``d ± √(2d)``), and
-    the Hastings weights with it: with the exact covariance and no noise, ``t₇`` accepts 81 %
-    of its draws in d = 5 and 33 % in d = 89; ``t₃₀`` 59 % in d = 89, and with every sd off by
-    10 % (as the centring's ``Σ̂`` can be) 26 % against ``t₇``'s 15 % (public Monte Carlo).
-    """
-    return max(_INDEPENDENCE_DF, d / 3.0)
 
 
 class DPPenalty(DPStep):
@@ -323,7 +311,7 @@ class DPPenalty(DPStep):
         scale = 2.38 / np.sqrt(self.space.ndim) * start.scale
         metric = np.linalg.cholesky(start.covariance)
         proposal = (
-            IndependenceProposal(start.theta, metric, df=_independence_df(self.space.ndim))
+            IndependenceProposal(start.theta, metric, df=independence_df(self.space.ndim))
             if self._independence_argument
             else None
         )
@@ -427,7 +415,7 @@ class DPPenalty(DPStep):
             )
             root = np.linalg.cholesky(covariance)
             self._independence = IndependenceProposal(
-                start.theta, root, df=_independence_df(self.space.ndim)
+                start.theta, root, df=independence_df(self.space.ndim)
             )
 
     def _target_noise_multiplier(self) -> float:
