@@ -40,6 +40,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 
 from pymc_dp import releases
 from pymc_dp.accounting.costs import BarkerCost, GaussianCost, PrivacyCost, SubsampledGaussianCost
@@ -53,11 +54,12 @@ from pymc_dp.errors import (
 from pymc_dp.noise import NoiseSource
 from pymc_dp.oracle import RowLikelihood
 from pymc_dp.parameter_space import ParameterSpace
-from pymc_dp.releases import BarkerDecision, Centre, Release, RemainderScale
+from pymc_dp.releases import BarkerDecision, Centre, Release, RemainderScale, marginal_metric
 
 __all__ = [
     "BarkerTest",
     "CentreGradientRelease",
+    "CentredGradientRelease",
     "CentredLLRRelease",
     "CentredRatioHistogram",
     "FisherRelease",
@@ -384,30 +386,10 @@ class LLRRelease(_NoisySum):
         )
 
 
-class CentredLLRRelease(_NoisySum):
-    """Noisy tempered ratio with a control variate at a public centre (theory §4.1).
-
-    With ``ĝ_i`` row ``i``'s clipped gradient at the :class:`~pymc_dp.oracle.Centre` ``θ_c``
-    and ``Ĝ`` their sum as released once (a :class:`GradientRelease` at ``θ_c``, public), the
-    ratio splits as ``Σ_i (ℓ_i(θ') − ℓ_i(θ)) = Σ_i ĝ_i·Δ + Σ_i r_i`` with ``Δ = θ' − θ`` and
-    the remainders ``r_i = ℓ_i(θ') − ℓ_i(θ) − ĝ_i·Δ``. Near the centre ``r_i`` is of second
-    order, ``|r_i| ≤ h_i ‖δ‖ (‖u‖ + ‖u'‖)/2`` in the public metric ``W`` (``u = W⁻¹(θ − θ_c)``,
-    ``u' = W⁻¹(θ' − θ_c)``, ``δ = u' − u``; ``h_i`` bounds row ``i``'s Hessian in that metric),
-    far smaller than the first-order ratio the plain :class:`LLRRelease` clips. ``release(θ, θ')``
-    returns ``T·(Ĝ·Δ) + T·Σ_i clip(r_i, ±B) + ξ`` with ``B = h ‖δ‖ (‖u‖ + ‖u'‖)/2``,
-    ``ξ ~ N(0, σ²)``, ``σ = z · 2 T B`` (sensitivity ``2 T B``: each row enters one clipped
-    term). Event: one Gaussian mechanism, PLD parameter ``1/(2z²)``; ``Ĝ·Δ`` is
-    post-processing of an earlier release. Outside the support: ``−∞``, nothing read.
-
-    ``r_i`` depends only on the coordinates ``L`` the likelihood reads
-    (:attr:`PrivateChannel.likelihood_coordinates`), so ``u``, ``u'`` and ``δ`` are taken on
-    those, in the metric ``W_L`` of ``Σ̂``'s block there (:func:`~pymc_dp.releases.marginal_metric`;
-    ``W`` when ``L`` is every coordinate). Row ``i``'s Hessian has the same norm in ``W_L`` as
-    in ``W`` (both factor ``Σ̂_LL``), and ``‖W_L⁻¹ x_L‖ ≤ ‖W⁻¹ x‖``, so the bound is never
-    larger; a move of the prior-only coordinates alone (a hierarchy's ``μ_a``, ``σ_a``) has
-    ``B = 0`` and reads nothing. Where the chain is far from ``θ_c`` along those coordinates
-    (``θ_c``'s own error there is the prior's business), the full metric's ``‖u‖`` made every
-    release noisy.
+class _CentredRelease(_NoisySum):
+    """Shared parameters of the releases centred at a public :class:`~pymc_dp.oracle.Centre`:
+    the centre, its released gradient sum ``Ĝ``, the metric ``W`` (``Σ̂ = W Wᵀ``), the
+    remainder clip ``h`` and the offsets' scale (:class:`~pymc_dp.releases.RemainderScale`).
     """
 
     def __init__(
@@ -447,6 +429,36 @@ class CentredLLRRelease(_NoisySum):
             self.metric, self.centre.theta, self.likelihood_coordinates, channel.row_blocks
         )
         self.remainder_clip = float(remainder_clip)
+
+
+class CentredLLRRelease(_CentredRelease):
+    """Noisy tempered ratio with a control variate at a public centre (theory §4.1).
+
+    With ``ĝ_i`` row ``i``'s clipped gradient at the :class:`~pymc_dp.oracle.Centre` ``θ_c``
+    and ``Ĝ`` their sum as released once (a :class:`GradientRelease` at ``θ_c``, public), the
+    ratio splits as ``Σ_i (ℓ_i(θ') − ℓ_i(θ)) = Σ_i ĝ_i·Δ + Σ_i r_i`` with ``Δ = θ' − θ`` and
+    the remainders ``r_i = ℓ_i(θ') − ℓ_i(θ) − ĝ_i·Δ``. Near the centre ``r_i`` is of second
+    order, ``|r_i| ≤ h_i ‖δ‖ (‖u‖ + ‖u'‖)/2`` in the public metric ``W`` (``u = W⁻¹(θ − θ_c)``,
+    ``u' = W⁻¹(θ' − θ_c)``, ``δ = u' − u``; ``h_i`` bounds row ``i``'s Hessian in that metric),
+    far smaller than the first-order ratio the plain :class:`LLRRelease` clips. ``release(θ, θ')``
+    returns ``T·(Ĝ·Δ) + T·Σ_i clip(r_i, ±B) + ξ`` with ``B = h ‖δ‖ (‖u‖ + ‖u'‖)/2``,
+    ``ξ ~ N(0, σ²)``, ``σ = z · 2 T B`` (sensitivity ``2 T B``: each row enters one clipped
+    term). Event: one Gaussian mechanism, PLD parameter ``1/(2z²)``; ``Ĝ·Δ`` is
+    post-processing of an earlier release. Outside the support: ``−∞``, nothing read.
+
+    ``r_i`` depends only on the coordinates ``L`` the likelihood reads
+    (:attr:`PrivateChannel.likelihood_coordinates`), so ``u``, ``u'`` and ``δ`` are taken on
+    those, in the metric ``W_L`` of ``Σ̂``'s block there (:func:`~pymc_dp.releases.marginal_metric`;
+    ``W`` when ``L`` is every coordinate). Row ``i``'s Hessian has the same norm in ``W_L`` as
+    in ``W`` (both factor ``Σ̂_LL``), and ``‖W_L⁻¹ x_L‖ ≤ ‖W⁻¹ x‖``, so the bound is never
+    larger; a move of the prior-only coordinates alone (a hierarchy's ``μ_a``, ``σ_a``) has
+    ``B = 0`` and reads nothing. Where the chain is far from ``θ_c`` along those coordinates
+    (``θ_c``'s own error there is the prior's business), the full metric's ``‖u‖`` made every
+    release noisy.
+    """
+
+    def __init__(self, channel: PrivateChannel, **options: Any) -> None:
+        super().__init__(channel, **options)
         self._oracle.compile_centred()  # every call makes that pass: compiled before the chain
         self._finish()
 
@@ -472,6 +484,56 @@ class CentredLLRRelease(_NoisySum):
         sigma = self.noise_multiplier * 2.0 * t * bound
         value = linear + self.channel.noise.release(t * clipped.value, sigma)
         return Release(value, sigma, clipped.n_clipped)
+
+
+class CentredGradientRelease(_CentredRelease):
+    """Noisy tempered gradient with a control variate at a public centre (theory §4.3).
+
+    The gradient analogue of :class:`CentredLLRRelease`. With ``Ĝ`` the centre's released
+    gradient sum (public) and ``ĝ_i`` row ``i``'s clipped gradient there, the sum splits as
+    ``Σ_i ∇ℓ_i(θ) = Ĝ + Σ_i (∇ℓ_i(θ) − ĝ_i)`` up to ``Ĝ``'s noise. Near the centre each
+    difference is of first order in the offset: in the metric ``W_L`` of ``Σ̂``'s block on the
+    likelihood's coordinates ``L``, ``‖W_Lᵀ(∇ℓ_i(θ) − ∇ℓ_i(θ_c))‖ ≤ h_i ‖u‖`` (``h_i`` the
+    bound of row ``i``'s Hessian there, ``u`` the offset from the centre; with the oracle's
+    ``row_blocks`` the largest over groups of each group's own offset,
+    :meth:`~pymc_dp.releases.RemainderScale.offset`). ``release(θ)`` returns
+    ``T · (Ĝ + W_L⁻ᵀ (Σ_i clip_B(W_Lᵀ(∇ℓ_i(θ) − ĝ_i)) + N(0, σ² I)))`` on ``L`` and ``0``
+    elsewhere, with ``B = h · max_j ‖u_j‖`` and ``σ = z · 2B``: ``W_L⁻ᵀ`` times a Gaussian
+    mechanism of sensitivity ``2B``, then post-processing. Event: one Gaussian mechanism, PLD
+    parameter ``1/(2z²)``. A clipped difference only changes an HMC proposal, never its target
+    (the ratio test decides). At the centre itself (``B = 0``) nothing is read: ``T Ĝ``.
+    ``noise_std`` is ``T σ`` in the metric's coordinates. Outside the support: NaN, nothing
+    read or released.
+    """
+
+    def __init__(self, channel: PrivateChannel, **options: Any) -> None:
+        super().__init__(channel, **options)
+        self.marginal = marginal_metric(self.metric, self.likelihood_coordinates)
+        self._finish()
+
+    def bound(self, theta: np.ndarray) -> float:
+        """``B = h · max_j ‖u_j‖``: public, from the point only."""
+        return self.remainder_clip * float(self.scale.offset(theta))
+
+    def __call__(self, theta: np.ndarray) -> Release:
+        space = self.channel.space
+        if not space.in_support(theta):
+            return Release(np.full(space.ndim, np.nan), 0.0, 0 if self.count_clipped else None)
+        bound = self.bound(theta)
+        self._record()  # checked against the reservation before the data are read
+        t = self.temperature
+        value = self.centre_gradient.copy()
+        if bound == 0.0:  # at the centre: every difference is 0, unread
+            return Release(t * value, 0.0, 0 if self.count_clipped else None)
+        kept = self.likelihood_coordinates
+        clipped = self._oracle.clipped_centred_grad_sum(
+            theta, self.centre, self.marginal, kept, bound, count_clipped=self.count_clipped
+        )
+        sigma = self.noise_multiplier * 2.0 * bound
+        noisy = self.channel.noise.release(clipped.value, sigma)
+        # W_L⁻ᵀ: back from the metric's coordinates (post-processing)
+        value[kept] += scipy.linalg.solve_triangular(self.marginal.T, noisy, lower=False)
+        return Release(t * value, t * sigma, clipped.n_clipped)
 
 
 class GradientRelease(_NoisySum):

@@ -1176,6 +1176,50 @@ class RowLikelihood:
         over = releases.count_clipped(ratio, float(bound)) if count_clipped else None
         return ClippedSum(float(total), over)
 
+    def clipped_centred_grad_sum(
+        self,
+        theta: np.ndarray,
+        centre: releases.Centre,
+        metric: np.ndarray,
+        coordinates: np.ndarray,
+        bound: float,
+        *,
+        count_clipped: bool = False,
+    ) -> ClippedSum:
+        """``Σ_i clip_B(W_Lᵀ (∇_L ℓ_i(θ) − ĝ_{i,L}))``: the centred gradient sum (theory §4.3).
+
+        ``ĝ_i`` is row ``i``'s clipped gradient at the :class:`Centre` (:meth:`centre_rows`),
+        ``L`` the boolean mask ``coordinates`` and ``W_L`` (``metric``, ``|L| × |L|``) the
+        public metric the differences are measured and summed in; each row's term is scaled by
+        ``min(1, B / ‖·‖)``. Each term depends on that row only, so the sensitivity under
+        substitution of one row is ``2B``. Non-finite gradients count as zero (the row's term
+        is then ``−W_Lᵀ ĝ_{i,L}``, clipped). Returns the sum in the metric's coordinates.
+        """
+        bound = float(self._check_bound(bound, "bound"))
+        theta = self.space.as_theta(theta)
+        kept = np.asarray(coordinates, dtype=bool)
+        every = bool(kept.all())
+        matrix = np.asarray(metric, dtype=float)
+        rows = self.centre_rows(centre)  # ĝ_i, computed once per centre
+        fn = self._grad_rows_fn()
+        total = np.zeros(matrix.shape[1])
+        clipped = 0
+        start = 0
+        for chunk in self._chunks(None, True):
+            grads = np.array(self._private_call(fn, theta, *chunk), dtype=float)
+            stop = start + grads.shape[0]
+            finite = np.isfinite(grads)
+            if not finite.all():
+                grads[~finite] = 0.0
+            grads -= rows[start:stop]
+            scaled = (grads if every else grads[:, kept]) @ matrix
+            norms = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
+            total += (bound / np.maximum(norms, bound)) @ scaled
+            if count_clipped:
+                clipped += int(np.count_nonzero(norms > bound))
+            start = stop
+        return ClippedSum(total, clipped if count_clipped else None)
+
     def _centred_pass(
         self,
         theta: np.ndarray,

@@ -279,8 +279,8 @@ def predict_centre_shift(
     the step states the actual value (``step.centre_shift_sd()``, ``centre_shift_sd`` in the
     privacy report).
     """
+    from pymc_dp.step_methods.centred import CENTRING_HISTOGRAM_SHARE
     from pymc_dp.step_methods.initialization import _CENTRE_STEP_SHARE, _CENTRING_HISTOGRAMS
-    from pymc_dp.step_methods.penalty import _CENTRING_HISTOGRAM_SHARE
 
     for name, value in (("n", n), ("d", d)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
@@ -291,7 +291,7 @@ def predict_centre_shift(
             f"{clip_multiple!r} and {init_share!r}."
         )
     capacity = float(gaussian_capacity(epsilon, delta))
-    left = (1.0 - float(init_share) - _CENTRING_HISTOGRAMS * _CENTRING_HISTOGRAM_SHARE) * capacity
+    left = (1.0 - float(init_share) - _CENTRING_HISTOGRAMS * CENTRING_HISTOGRAM_SHARE) * capacity
     mu_gradient = 0.5 * (1.0 - _CENTRE_STEP_SHARE) * max(left, 0.0)
     if mu_gradient <= 0:
         return float("inf")

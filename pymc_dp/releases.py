@@ -119,6 +119,18 @@ class RemainderScale:
         offset = np.asarray(theta, dtype=float) - self.centre
         return np.einsum("gij,...gj->...gi", self._inverse, offset[..., self.blocks])
 
+    def offset(self, theta: np.ndarray) -> np.ndarray | float:
+        """``max_j ‖u_j‖``: the centred gradient's bound per unit clip (theory §4.3).
+
+        Row ``i``'s gradient less its gradient at the centre, ``∇ℓ_i(θ) − ∇ℓ_i(θ_c)``, lives on
+        the coordinates ``S_j`` its group reads and has norm at most ``h_i ‖u_j‖`` in the metric
+        ``W_S`` (``h_i`` its Hessian's bound there), the same norm as in the likelihood-wide
+        metric. Public: from the point, the centre and the metric only.
+        """
+        u = self.whiten(theta)
+        out = np.max(np.sqrt(np.sum(u * u, axis=-1)), axis=-1)
+        return float(out) if np.ndim(out) == 0 else out
+
     def __call__(self, theta: np.ndarray, theta_new: np.ndarray) -> np.ndarray | float:
         """``max_j ‖δ_j‖ (‖u_j‖ + ‖u'_j‖)/2`` for one pair (a float) or stacked pairs."""
         if self._single is not None and np.ndim(theta) == 1:

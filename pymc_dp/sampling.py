@@ -94,7 +94,8 @@ def sample(
     model = pm.modelcontext(model if model is not None else step.model)
     step.check_model_unchanged()
     if tune is None:  # a privately initialised step starts in the bulk: less tuning
-        tune = 0.2 if (step.automatic or step.init_share) and step.name == "dp_penalty" else 0.5
+        private = step.automatic or step.init_share
+        tune = 0.2 if private and step.name in ("dp_penalty", "dp_hmc") else 0.5
     _seed_preparation(step, random_seed)
     # a step on automatic settings chooses them privately here (once), then plans
     n_tune, n_draws = step.prepare(chains=chains, tune=tune, draws=draws)

@@ -35,3 +35,17 @@ def normal_model(n: int, seed: int = 0):
         pm.Normal("y", mu, sigma, observed=y)
     s = y.std()
     return model, np.array([y.mean(), np.log(s)]), np.array([s / np.sqrt(n), 1 / np.sqrt(2 * n)])
+
+
+@cache
+def neighbouring_oracles(seed: int, rows: int = 60) -> tuple[RowLikelihood, list[RowLikelihood]]:
+    """``rows`` rows of ``GAUSSIAN`` and four neighbours, each with one row replaced by an
+    extreme one (scales 5 to 5·10⁴): for sensitivity property tests."""
+    data = GAUSSIAN.simulate(rows, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed + 1)
+    neighbours = []
+    for scale in (5.0, 50.0, 500.0, 5e4):
+        other = data.copy()
+        other[rng.integers(rows)] = rng.normal(0.0, scale, GAUSSIAN.d)
+        neighbours.append(RowLikelihood(GAUSSIAN.model(other)))
+    return RowLikelihood(GAUSSIAN.model(data)), neighbours

@@ -11,12 +11,10 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import pymc as pm
 import pytest
-from _gaussian_models import gaussian_setup, normal_model
+from _gaussian_models import gaussian_setup, neighbouring_oracles, normal_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import optimize, stats
@@ -56,19 +54,6 @@ QUIET = {"compute_convergence_checks": False}
 EDGES = 2.0 ** (np.arange(-60, 41) / 4.0)
 
 
-@cache
-def neighbouring_oracles() -> tuple[RowLikelihood, list[RowLikelihood]]:
-    """One dataset and four neighbours, each with one row replaced by an extreme one."""
-    data = SPEC.simulate(ROWS, np.random.default_rng(11))
-    rng = np.random.default_rng(12)
-    neighbours = []
-    for scale in (5.0, 50.0, 500.0, 5e4):
-        other = data.copy()
-        other[rng.integers(ROWS)] = rng.normal(0.0, scale, SPEC.d)
-        neighbours.append(RowLikelihood(SPEC.model(other)))
-    return RowLikelihood(SPEC.model(data)), neighbours
-
-
 @st.composite
 def centred_cases(draw):
     coords = st.floats(-3, 3, allow_nan=False)
@@ -84,7 +69,7 @@ def centred_cases(draw):
 @given(centred_cases())
 def test_substituting_one_row_moves_the_centred_ratio_sum_by_at_most_2B(case):
     theta, theta_new, centre, bound, k = case
-    base, neighbours = neighbouring_oracles()
+    base, neighbours = neighbouring_oracles(11)
     a = base.clipped_centred_llr_sum(theta, theta_new, centre, bound).value
     b = neighbours[k].clipped_centred_llr_sum(theta, theta_new, centre, bound).value
     assert np.isfinite(a) and np.isfinite(b)
@@ -92,7 +77,7 @@ def test_substituting_one_row_moves_the_centred_ratio_sum_by_at_most_2B(case):
 
 
 def test_the_centred_ratio_is_the_ratio_less_the_clipped_centre_gradients():
-    base, _ = neighbouring_oracles()
+    base, _ = neighbouring_oracles(11)
     theta, theta_new = np.array([0.2, -0.1]), np.array([0.5, 0.4])
     centre = Centre(np.array([1.0, -1.0]), 3.0, np.array([[1.0, 0.0], [0.5, 2.0]]))
     grads = base.grad_rows(centre.theta)
@@ -139,7 +124,7 @@ def _release(channel: PrivateChannel, **overrides) -> CentredLLRRelease:
 
 
 def test_the_centred_release_adds_the_public_linear_term_to_noisy_clipped_remainders():
-    base, _ = neighbouring_oracles()
+    base, _ = neighbouring_oracles(11)
     channel = PrivateChannel(base, NoiseSource(3))
     release = _release(channel)
     assert release.event == GaussianCost(1 / (2 * 1.5**2))
@@ -181,7 +166,7 @@ def test_the_centred_pass_is_compiled_when_the_release_is_built_not_in_the_chain
 
 
 def test_the_centred_release_is_refused_before_reading_when_not_reserved():
-    base, _ = neighbouring_oracles()
+    base, _ = neighbouring_oracles(11)
     channel = PrivateChannel(base, NoiseSource(4))
     release = _release(channel)
     channel.counter.allow(release.event, 2)
@@ -194,7 +179,7 @@ def test_the_centred_release_is_refused_before_reading_when_not_reserved():
 
 
 def test_bad_centred_release_parameters_are_refused():
-    base, _ = neighbouring_oracles()
+    base, _ = neighbouring_oracles(11)
     channel = PrivateChannel(base, NoiseSource(5))
     with pytest.raises(InvalidParameterError, match="metric"):
         _release(channel, metric=np.eye(3))
@@ -217,7 +202,7 @@ def whitened_centres(draw):
 @given(whitened_centres())
 def test_substituting_one_row_moves_the_whitened_centre_sum_by_at_most_2b(case):
     centre, k = case
-    base, neighbours = neighbouring_oracles()
+    base, neighbours = neighbouring_oracles(11)
     a = centre.whitening @ base.centre_rows(centre).sum(axis=0)
     b = centre.whitening @ neighbours[k].centre_rows(centre).sum(axis=0)
     assert np.all(np.isfinite(a)) and np.all(np.isfinite(b))
@@ -225,7 +210,7 @@ def test_substituting_one_row_moves_the_whitened_centre_sum_by_at_most_2b(case):
 
 
 def test_the_centre_release_is_whitened_gaussian_noise_on_the_clipped_sum():
-    base, _ = neighbouring_oracles()
+    base, _ = neighbouring_oracles(11)
     channel = PrivateChannel(base, NoiseSource(21))
     whitening = np.array([[2.0, 0.0], [1.5, 0.25]])
     centre = Centre(np.array([0.5, -0.5]), 4.0, whitening)
@@ -250,7 +235,7 @@ def test_the_centre_release_is_whitened_gaussian_noise_on_the_clipped_sum():
 
 
 def test_the_whitened_norm_histogram_counts_the_norms_of_p_times_the_gradients():
-    base, _ = neighbouring_oracles()
+    base, _ = neighbouring_oracles(11)
     whitening = np.array([[0.5, 0.0], [-1.0, 3.0]])
     theta = np.array([0.2, 0.7])
     norms = np.linalg.norm(base.grad_rows(theta) @ whitening.T, axis=1)
@@ -278,7 +263,7 @@ def test_the_whitened_norm_histogram_counts_the_norms_of_p_times_the_gradients()
 def test_substituting_one_row_moves_the_clipped_fisher_by_at_most_root_two_b_squared(
     theta, diagonal, shear, clip, k
 ):
-    base, neighbours = neighbouring_oracles()
+    base, neighbours = neighbouring_oracles(11)
     whitening = np.diag(diagonal) + np.triu(np.full((SPEC.d, SPEC.d), shear), 1)
     a = base.clipped_fisher(theta, clip, whitening)
     b = neighbours[k].clipped_fisher(theta, clip, whitening)
@@ -287,7 +272,7 @@ def test_substituting_one_row_moves_the_clipped_fisher_by_at_most_root_two_b_squ
 
 
 def test_the_fisher_release_is_symmetric_noise_on_the_clipped_fisher():
-    base, _ = neighbouring_oracles()
+    base, _ = neighbouring_oracles(11)
     channel = PrivateChannel(base, NoiseSource(23))
     whitening = np.array([[1.0, 0.5], [0.0, 3.0]])
     release = FisherRelease(channel, grad_clip=5.0, noise_multiplier=2.0, whitening=whitening)
@@ -445,7 +430,7 @@ def test_a_newton_step_lands_on_a_gaussian_mode_and_is_capped():
 
 
 def test_substituting_one_row_moves_the_centred_ratio_counts_by_at_most_root_two_m():
-    base, neighbours = neighbouring_oracles()
+    base, neighbours = neighbouring_oracles(11)
     rng = np.random.default_rng(13)
     pairs = rng.normal(0.0, 1.0, (5, 2, SPEC.d))
     m = pairs.shape[0]

@@ -1,6 +1,7 @@
 """DP HMC: one iteration of theory §4.3 (Räisä, Koskela & Honkela; thesis Algorithm 4).
 
-From ``θ``, with step size ``η``, ``L`` leapfrog steps and diagonal mass ``M``:
+From ``θ``, with step size ``η``, ``L`` leapfrog steps and mass ``M`` (diagonal, or dense as
+``M⁻¹ = W Wᵀ``):
 
 1. ``p₀ ~ N(0, M)``;
 2. leapfrog with a fresh noisy gradient at every position, ``L + 1`` releases in all:
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+import scipy.linalg
 
 from pymc_dp.releases import Release
 
@@ -54,8 +56,29 @@ class HMCState(NamedTuple):
 class HMCParams(NamedTuple):
     step_size: float  # η for this iteration (after any jitter)
     n_steps: int  # L
-    inv_mass: np.ndarray  # diagonal of M⁻¹
+    inv_mass: np.ndarray  # diagonal of M⁻¹ (ignored with ``root``)
     penalty: bool = True  # False only for the negative control in tests
+    root: np.ndarray | None = None  # a dense M⁻¹ = W Wᵀ, W lower triangular
+
+    def velocity(self, momentum: np.ndarray) -> np.ndarray:
+        """``M⁻¹ p``."""
+        if self.root is None:
+            return self.inv_mass * momentum
+        return self.root @ (self.root.T @ momentum)
+
+    def kinetic(self, momentum: np.ndarray) -> float:
+        """``½ pᵀ M⁻¹ p``."""
+        if self.root is None:
+            return 0.5 * float(np.sum(self.inv_mass * momentum**2))
+        scaled = self.root.T @ momentum
+        return 0.5 * float(scaled @ scaled)
+
+    def draw_momentum(self, rng: np.random.Generator, d: int) -> np.ndarray:
+        """``p ~ N(0, M)``: ``ξ / √(M⁻¹)``, or ``W⁻ᵀ ξ`` with a dense ``M⁻¹ = W Wᵀ``."""
+        noise = rng.standard_normal(d)
+        if self.root is None:
+            return noise / np.sqrt(self.inv_mass)
+        return scipy.linalg.solve_triangular(self.root.T, noise, lower=False)
 
 
 class HMCMechanisms(NamedTuple):
@@ -92,11 +115,11 @@ def leapfrog(
     Returns ``(θ', p', gradient evaluations, finite)``; stops at the first non-finite position
     or momentum (no further gradient is evaluated).
     """
-    eta, steps, inv_mass = params.step_size, params.n_steps, params.inv_mass
+    eta, steps = params.step_size, params.n_steps
     momentum = momentum + 0.5 * eta * noisy_grad(theta)
     evaluations = 1
     for j in range(1, steps + 1):
-        theta = theta + eta * inv_mass * momentum
+        theta = theta + eta * params.velocity(momentum)
         if not np.all(np.isfinite(theta)):
             return theta, momentum, evaluations, False
         grad = noisy_grad(theta)
@@ -119,15 +142,14 @@ def hmc_kernel(
     gradient); ``mechanisms.release_llr(θ, θ')`` the noisy tempered clipped ratio. Nothing else
     reads data.
     """
-    inv_mass = params.inv_mass
-    p0 = rng.standard_normal(state.theta.shape[0]) / np.sqrt(inv_mass)
+    p0 = params.draw_momentum(rng, state.theta.shape[0])
     theta_new, p_new, evaluations, finite = leapfrog(state.theta, p0, params, mechanisms.noisy_grad)
     logprior_new = mechanisms.logprior(theta_new) if finite else -np.inf
     if not np.isfinite(logprior_new):  # diverged: reject without releasing the ratio
         return state, HMCInfo(False, 0.0, True, evaluations, 0.0)
     # T·R + ξ, the only data-dependent number
     released = mechanisms.release_llr(state.theta, theta_new)
-    kinetic_change = 0.5 * np.sum(inv_mass * p0**2) - 0.5 * np.sum(inv_mass * p_new**2)
+    kinetic_change = params.kinetic(p0) - params.kinetic(p_new)
     energy_change = released.value + logprior_new - state.logprior + kinetic_change  # ΔH + ξ
     diverging = not energy_change > -DIVERGENCE_THRESHOLD  # also NaN
     log_ratio = energy_change - (0.5 * released.noise_std**2 if params.penalty else 0.0)

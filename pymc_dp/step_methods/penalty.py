@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, ClassVar
 
 import numpy as np
 
 from pymc_dp.accounting.costs import GaussianCost
 from pymc_dp.errors import InvalidParameterError
-from pymc_dp.kernels.initialization import prior_exact_step, prior_hessian, prior_information
-from pymc_dp.kernels.noise_aware import noise_aware_stretch
 from pymc_dp.kernels.penalty import (
     IndependenceProposal,
     PenaltyMechanisms,
@@ -27,11 +24,8 @@ from pymc_dp.mechanisms import (
 from pymc_dp.prediction import centred_bound_rms, predict_penalty_ess
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
 from pymc_dp.step_methods.base import DEFAULT_CHAINS, DPStep, _given_length
-from pymc_dp.step_methods.initialization import (
-    PrivateStart,
-    independence_df,
-    private_centring,
-)
+from pymc_dp.step_methods.centred import CentredSampling
+from pymc_dp.step_methods.initialization import PrivateStart, independence_df
 from pymc_dp.step_methods.options import (
     check_batch_size,
     check_flag,
@@ -53,22 +47,13 @@ _DEFAULT_PROPOSAL_SCALE = 0.1
 # The automatic noise aims at this standard deviation (nats) of the released ratio at a typical
 # jump: acceptance · σ² (the ESS bought per unit of privacy) is flat near its optimum σ ≈ 2.4.
 _TARGET_RATIO_NOISE = 2.0
-#: Share of the budget's capacity each of the centring's three small releases spends (the
-#: Fisher curvature, the centre's clip histogram, the remainder-clip histogram). The centre's
-#: gradient then gets what the planned sampler does not need (at least half the rest): its
-#: noise tilts the target, while the sampler's centred ratios are cheap.
-_CENTRING_HISTOGRAM_SHARE = 0.03
 #: With the centred ratio: the released ratio's noise aimed at (nats, at the typical jump), and
 #: the default chain length (budget is rarely what limits it: time is).
 _TARGET_CENTRED_NOISE = 1.0
 _CENTRED_CHAIN_LENGTH = 2000
-#: With the centred ratio, chains start this many posterior sd (Σ̂) around the target's mode:
-#: overdispersed, so that R̂ compares chains that came from different places.
-_CENTRED_START_SPREAD = 2.0
-_CENTRED_MAX_STEP = 10.0
 
 
-class DPPenalty(DPStep):
+class DPPenalty(CentredSampling, DPStep):
     """Differentially private penalty-method Metropolis–Hastings (theory §4.1, §4.2).
 
     ``DPPenalty(budget=budget)`` with no other argument is the recommended start: its clip,
@@ -329,74 +314,7 @@ class DPPenalty(DPStep):
             z = _TARGET_CENTRED_NOISE / (2.0 * self.temperature * remainder_clip * typical)
             return chains * length / (2.0 * z**2)
 
-        centring = private_centring(
-            self._channel,
-            self.budget,
-            start,
-            histogram_share=_CENTRING_HISTOGRAM_SHARE,
-            sampler_mu=sampler_mu,
-            public_rng=np.random.default_rng(self.rng.integers(2**63)),
-        )
-        self._centring = centring
-        covariance = centring.metric @ centring.metric.T  # the curvature at the centre
-        information = self._likelihood_information(centring.centre.theta, covariance)
-        theta = self._centred_mode(centring, covariance, information)
-        spread = _CENTRED_START_SPREAD**2
-        # the draws are reported widened by the centre's noise (the noise's tilt of a tempered
-        # likelihood is not what the Fisher release measured: untempered targets only)
-        if self.noise_aware and self.temperature == 1.0:
-            self._stretch = noise_aware_stretch(
-                theta,
-                centring.centre.theta,
-                centring.gradient,
-                centring.gradient_covariance,
-                information,
-                covariance,
-            )
-        phases = dict(start.phases)
-        for phase, mu in centring.phases.items():
-            phases[phase] = phases.get(phase, 0.0) + mu
-        return dataclasses.replace(
-            start,
-            theta=theta,
-            covariance=covariance,
-            location_covariance=(spread - 1.0) * covariance,
-            mu=start.mu + centring.mu,
-            phases=phases,
-            histograms=start.histograms + centring.histograms,
-            releases=start.releases + centring.releases,
-        )
-
-    def _centred_mode(
-        self, centring: Any, covariance: np.ndarray, information: np.ndarray
-    ) -> np.ndarray:
-        """The target's mode near the centre (post-processing).
-
-        The centred target's log density is ``log p(θ) + Ĝ·(θ − θ_c) + Σ_i r_i(θ)`` with the
-        remainders' sum about ``−½ (θ − θ_c)ᵀ F (θ − θ_c)``, ``F = Σ̂⁻¹ − Π`` the likelihood's
-        part of the curvature (``Π`` the prior's, at ``θ_c``). Its mode, with the public prior
-        kept exact (:func:`~pymc_dp.kernels.initialization.prior_exact_step`; with a Gaussian
-        prior the Newton step ``θ_c + Σ̂ (Ĝ + ∇log p(θ_c))``), is a point that already includes
-        the centre's noise, so it is as good as the target it is the mode of. It stays within
-        ``_CENTRED_MAX_STEP`` sd of the centre (a curvature far off) and inside the support.
-        ``covariance`` is ``Σ̂`` and ``information`` ``F``.
-        """
-        return prior_exact_step(
-            centring.centre.theta,
-            centring.gradient,
-            information,  # the remainders' curvature, F
-            self.space.logprior,
-            self.space.logprior_grad,
-            covariance,
-            _CENTRED_MAX_STEP,
-            self.space.in_support,
-        )
-
-    def _likelihood_information(self, centre: np.ndarray, covariance: np.ndarray) -> np.ndarray:
-        """``F = Σ̂⁻¹ − Π``: the likelihood's part of the released curvature ``Σ̂⁻¹`` at the
-        centre (``Π`` the public prior's information there)."""
-        prior = prior_information(prior_hessian(self.space.logprior_grad, centre))
-        return np.linalg.inv(covariance) - prior
+        return self._centre(start, sampler_mu)
 
     def _configure(self, start: Any) -> None:
         """Ratio clip and random-walk scale from the private start (post-processing)."""
@@ -442,33 +360,6 @@ class DPPenalty(DPStep):
 
     def _unit_cost(self, scale: float) -> Any:
         return GaussianCost.from_noise_multiplier(scale * self._target_noise_multiplier())
-
-    def centre_shift_sd(self) -> float:
-        """How far, in posterior sd per direction, the centre's noise tilts the target.
-
-        The largest sd of the mean's shift ``Σ ξ`` (:meth:`Centring.shift_sd
-        <pymc_dp.step_methods.initialization.Centring.shift_sd>`): public, from the private
-        posterior covariance and the noise scale. ``nan`` before the centring or without the
-        control variate. :func:`pymc_dp.predict_centre_shift` predicts it before the data are
-        read.
-        """
-        centring = self._centring
-        return float("nan") if centring is None else float(centring.shift_sd())
-
-    def unresolved_directions(self) -> int | None:
-        """In how many of the ``d`` directions the budget did not resolve the curvature.
-
-        The centring's Fisher release (public, post-processing): along these eigenvectors its
-        noise is larger than the information, and the private posterior covariance ``Σ̂``
-        (the proposals' scale, the chains' spread) takes a rougher guess within what the
-        release allows (an earlier estimate; after sharper reads, the range's geometric
-        midpoint), which can be far off where parameters are strongly correlated (a
-        non-centred hierarchy). ``pymc_dp.sample`` warns when that is more than
-        half of them.
-        ``None`` before the centring or without the control variate.
-        """
-        centring = self._centring
-        return None if centring is None else int(centring.unresolved)
 
     def predicted_ess(self) -> float:
         """Effective draws this prepared step's plan can give (:mod:`pymc_dp.prediction`).
@@ -550,24 +441,14 @@ class DPPenalty(DPStep):
 
     def privacy_metadata(self) -> dict[str, Any]:
         meta = super().privacy_metadata()
-        centring = self._centring
         meta.update(
             dp_llr_clip=self.llr_clip,
-            dp_control_variate=int(centring is not None),
             dp_noise_multiplier=self._release.noise_multiplier,
             dp_temperature=self._release.temperature,
             dp_one_component=int(self.one_component),
             dp_guided=int(self.guided),
         )
-        if centring is not None:
-            meta.update(
-                dp_remainder_clip=centring.remainder_clip,
-                dp_centre_shift_sd=centring.shift_sd(),
-                dp_unresolved_directions=int(centring.unresolved),
-                dp_noise_aware=int(self._stretching()),
-            )
-            if self._stretching():
-                meta.update(dp_noise_aware_variance_factor=self._stretch.variance_factor)
+        meta.update(self._centring_metadata())
         if self.batch_size is None:
             meta.update(dp_mu_per_iteration=self.cost.gaussian_mu())
         else:
