@@ -497,8 +497,9 @@ class CentredGradientRelease(_CentredRelease):
     bound of row ``i``'s Hessian there, ``u`` the offset from the centre; with the oracle's
     ``row_blocks`` the largest over groups of each group's own offset,
     :meth:`~pymc_dp.releases.RemainderScale.offset`). ``release(θ)`` returns
-    ``T · (Ĝ + W_L⁻ᵀ (Σ_i clip_B(W_Lᵀ(∇ℓ_i(θ) − ĝ_i)) + N(0, σ² I)))`` on ``L`` and ``0``
-    elsewhere, with ``B = h · max_j ‖u_j‖`` and ``σ = z · 2B``: ``W_L⁻ᵀ`` times a Gaussian
+    ``T · (Ĝ + W_L⁻ᵀ (Σ_i clip_B(W_Lᵀ(∇ℓ_i(θ) − ĝ_i)) + N(0, σ² I)))`` on ``L`` and ``T Ĝ``
+    elsewhere (0 for the centring's ``Ĝ``, conditioned on those zeros), with
+    ``B = h · max_j ‖u_j‖`` and ``σ = z · 2B``: ``W_L⁻ᵀ`` times a Gaussian
     mechanism of sensitivity ``2B``, then post-processing. Event: one Gaussian mechanism, PLD
     parameter ``1/(2z²)``. A clipped difference only changes an HMC proposal, never its target
     (the ratio test decides). At the centre itself (``B = 0``) nothing is read: ``T Ĝ``.

@@ -69,7 +69,8 @@ def sample(
     tune : int or float, optional
         Tuning iterations per chain: a count, or a fraction in ``[0, 1)`` of each chain's share.
         Tuning iterations spend budget like any other. Default: 0.2 for a ``DPPenalty`` that starts
-        from its private initialisation (automatic settings), 0.5 otherwise.
+        from its private initialisation (automatic settings) and for a ``DPHMC`` on centred
+        releases, 0.5 otherwise.
     draws : int, optional
         Draws per chain kept after tuning; default: the rest of each chain's share.
     cores, random_seed, progressbar, **kwargs
@@ -95,7 +96,8 @@ def sample(
     step.check_model_unchanged()
     if tune is None:  # a privately initialised step starts in the bulk: less tuning
         private = step.automatic or step.init_share
-        tune = 0.2 if private and step.name in ("dp_penalty", "dp_hmc") else 0.5
+        centred = getattr(step, "_uses_control_variate", lambda: False)()
+        tune = 0.2 if private and (step.name == "dp_penalty" or centred) else 0.5
     _seed_preparation(step, random_seed)
     # a step on automatic settings chooses them privately here (once), then plans
     n_tune, n_draws = step.prepare(chains=chains, tune=tune, draws=draws)

@@ -11,7 +11,10 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
+import pymc as pm
 import pytest
 from _gaussian_models import gaussian_setup, neighbouring_oracles, normal_model
 from hypothesis import given, settings
@@ -19,6 +22,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import pymc_dp
+from pymc_dp import RowLikelihood
 from pymc_dp.accounting import GaussianCost
 from pymc_dp.convergence import check_convergence
 from pymc_dp.errors import BudgetExceededError, ConvergenceWarning
@@ -234,3 +238,116 @@ def test_a_budget_short_of_the_centred_target_is_warned_before_sampling():
     assert any("effective draws" in m and "before sampling" in m for m in messages), messages
     report = pymc_dp.privacy_report(idata, show=False)
     assert report["dp_noise_excess"] == pytest.approx(step.noise_excess())
+
+
+@cache
+def scale_model_oracles() -> tuple[RowLikelihood, list[RowLikelihood]]:
+    """``y ~ N(μ, σ)`` with σ unknown (a row's gradient difference depends on its data), 200
+    rows read in chunks of 64, and four neighbours with one row replaced by an extreme one."""
+
+    def oracle(y: np.ndarray) -> RowLikelihood:
+        with pm.Model() as model:
+            mu = pm.Normal("mu", 0.0, 10.0)
+            sigma = pm.HalfNormal("sigma", 5.0)
+            pm.Normal("y", mu, sigma, observed=y)
+        out = RowLikelihood(model)
+        out.chunk_size = 64
+        return out
+
+    rng = np.random.default_rng(41)
+    y = rng.normal(1.0, 2.0, 200)
+    neighbours = []
+    for k, value in enumerate((30.0, -300.0, 3e3, 1e-3)):
+        other = y.copy()
+        other[[5, 70, 140, 199][k]] = value
+        neighbours.append(oracle(other))
+    return oracle(y), neighbours
+
+
+@settings(max_examples=40, deadline=None)
+@given(gradient_cases())
+def test_with_data_dependent_differences_one_row_moves_the_sum_by_at_most_2B(case):
+    theta, centre, metric, bound, k = case
+    base, neighbours = scale_model_oracles()
+    theta = np.clip(theta, -2.0, 2.0)  # (μ, log σ)
+    a = base.clipped_centred_grad_sum(theta, centre, metric, ALL, bound).value
+    b = neighbours[k].clipped_centred_grad_sum(theta, centre, metric, ALL, bound).value
+    assert np.all(np.isfinite(a)) and np.all(np.isfinite(b))
+    assert np.linalg.norm(a - b) <= 2 * bound * (1 + 1e-9) + 1e-12 * 200 * bound
+
+
+def test_the_chunked_centred_gradient_sum_matches_the_rows_in_order():
+    base, _ = scale_model_oracles()
+    theta, centre = np.array([0.7, 0.4]), Centre(np.array([1.0, 0.7]), 0.5, np.eye(2))
+    metric = np.array([[0.3, 0.0], [0.1, 0.05]])
+    differences = (base.grad_rows(theta) - base.centre_rows(centre)) @ metric
+    norms = np.linalg.norm(differences, axis=1)
+    bound = float(np.median(norms))
+    expected = (differences * np.minimum(1.0, bound / norms)[:, None]).sum(axis=0)
+    got = base.clipped_centred_grad_sum(theta, centre, metric, ALL, bound).value
+    np.testing.assert_allclose(got, expected, rtol=1e-10)
+    assert base.n_rows > 3 * base.chunk_size  # several chunks were read
+
+
+def _grouped_model(y: np.ndarray, g: np.ndarray) -> pm.Model:
+    with pm.Model() as model:
+        mu_a = pm.Normal("mu_a", 0.0, 1.0)  # read by the prior only
+        a = pm.Normal("a", mu_a, 1.0, shape=3)
+        pm.Normal("y", a[pm.Data("g", g)], 1.0, observed=y)
+    return model
+
+
+def test_the_release_with_group_blocks_is_zero_off_the_likelihood_and_bounded_per_row():
+    rng = np.random.default_rng(5)
+    g = rng.integers(3, size=90)
+    y = rng.normal(g - 1.0, 1.0)
+    other = y.copy()
+    other[17] = 400.0
+    channels = [
+        PrivateChannel(RowLikelihood(_grouped_model(v, g)), NoiseSource(7)) for v in (y, other)
+    ]
+    assert channels[0].row_blocks is not None  # each group's rows read their own a_j
+    kept = channels[0].likelihood_coordinates
+    assert not kept.all()  # μ_a is the prior's only
+    metric = np.linalg.cholesky(np.eye(4) * 0.04 + 0.01)
+    centre = Centre(np.zeros(4), 3.0, np.eye(4))
+    releases = [
+        CentredGradientRelease(
+            c,
+            centre=centre,
+            centre_gradient=np.where(kept, 1.0, 0.0),
+            metric=metric,
+            remainder_clip=0.5,
+            noise_multiplier=2.0,
+        )
+        for c in channels
+    ]
+    theta = np.array([0.3, -0.2, 0.5, 0.1])
+    bound = releases[0].bound(theta)
+    u = releases[0].scale.whiten(theta)
+    assert bound == pytest.approx(0.5 * np.max(np.linalg.norm(u, axis=-1)))
+    sums = [
+        c._oracle.clipped_centred_grad_sum(theta, centre, r.marginal, kept, bound).value
+        for c, r in zip(channels, releases, strict=True)
+    ]
+    assert np.linalg.norm(sums[0] - sums[1]) <= 2 * bound * (1 + 1e-9)
+    assert np.linalg.norm(sums[0] - sums[1]) > 0.5 * bound  # the replaced row was clipped
+    channels[0].counter.allow(releases[0].event, 1)
+    out = releases[0](theta)
+    assert np.all(out.value[~kept] == 0.0)  # noise only where the likelihood reads
+
+
+def test_a_given_mass_or_control_variate_false_keeps_the_plain_releases():
+    model, _, _ = normal_model(5_000)
+    budget = pymc_dp.PrivacyBudget(5.0, 1e-6)
+    with model:
+        steps = [
+            pymc_dp.DPHMC(budget=budget, noise_rng=1, control_variate=False),
+            pymc_dp.DPHMC(budget=budget, noise_rng=1, mass_diag=[4.0, 4.0]),
+        ]
+    for step in steps:
+        step.prepare(chains=2)
+        assert step._centring is None and step._root is None
+        assert type(step._release_grad).__name__ == "GradientRelease"
+        assert "dp_grad_clip" in step.privacy_metadata()
+    np.testing.assert_array_equal(steps[1].mass_diag, [4.0, 4.0])
