@@ -94,10 +94,8 @@ def sample(
     _refuse_leaky_options(kwargs)
     model = pm.modelcontext(model if model is not None else step.model)
     step.check_model_unchanged()
-    if tune is None:  # a privately initialised step starts in the bulk: less tuning
-        private = step.automatic or step.init_share
-        centred = getattr(step, "_uses_control_variate", lambda: False)()
-        tune = 0.2 if private and (step.name == "dp_penalty" or centred) else 0.5
+    if tune is None:
+        tune = step._default_tune_fraction()
     _seed_preparation(step, random_seed)
     # a step on automatic settings chooses them privately here (once), then plans
     n_tune, n_draws = step.prepare(chains=chains, tune=tune, draws=draws)

@@ -329,6 +329,11 @@ class DPStep(BlockedStep):
     def _noise_is_automatic(self) -> bool:
         return False
 
+    def _default_tune_fraction(self) -> float:
+        """Share of each chain ``pymc_dp.sample`` tunes for when not told: 0.5 (subclasses
+        whose private start is already in the bulk tune less)."""
+        return 0.5
+
     def _refine_initialization(self) -> bool:
         """Whether the default initialisation may refine the mode (a second reservation)."""
         return True

@@ -336,6 +336,11 @@ class DPHMC(CentredSampling, DPStep):
             and self._adapt_mass_argument is not True  # releases, with that mass
         )
 
+    def _default_tune_fraction(self) -> float:
+        """0.2 with the centred releases (a private start in the bulk and the private
+        covariance as the mass: only the step size is tuned), else 0.5."""
+        return 0.2 if self._uses_control_variate() else 0.5
+
     def _refine_initialization(self) -> bool:
         return not self._uses_control_variate()  # the centre's gradient locates the posterior
 

@@ -283,6 +283,10 @@ class DPPenalty(CentredSampling, DPStep):
             return _CENTRED_CHAIN_LENGTH
         return super()._chain_length(chains, tune, draws)
 
+    def _default_tune_fraction(self) -> float:
+        """0.2 from a private initialisation (it starts in the bulk), else 0.5."""
+        return 0.2 if self.automatic or self.init_share else 0.5
+
     def _refine_initialization(self) -> bool:
         return not self._uses_control_variate()  # the centre's gradient locates the posterior
 
