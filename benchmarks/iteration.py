@@ -8,7 +8,9 @@ sampling loop measures
 * ``iter ms``: wall time per iteration, from the first call of ``step.step`` to the return of
   the last one, so PyMC's plumbing between calls (point dicts, trace, stats) is included;
 * ``passes ms``: time per iteration spent inside the oracle's compiled per-row functions (the
-  data passes themselves), and ``passes``: how many full passes over the rows an iteration makes;
+  data passes themselves; for the centred gradient sum, also its per-row product with the
+  metric where that runs in NumPy), and ``passes``: how many full passes over the rows an
+  iteration makes;
 * ``ratio = iter ms / passes ms`` (target ≤ 1.3: a DP iteration costs its data passes plus a
   small constant).
 
@@ -43,26 +45,36 @@ STEPS = {
 
 
 class _Timer:
-    """Wall time inside the oracle's compiled functions while ``active``."""
+    """Wall time of the data passes while ``active``: inside the oracle's compiled functions,
+    and the whole centred gradient sum, whose per-row product with the metric runs in NumPy
+    after the compiled pass where that is faster (PyTensor's C backend, gathered variables)."""
 
     def __init__(self) -> None:
         self.active = False
+        self.inside = False
         self.seconds = 0.0
         self.original = RowLikelihood._private_call
+        self.original_centred = RowLikelihood.clipped_centred_grad_sum
+
+    def _timed(self, fn, *args, **kwargs):
+        if not self.active or self.inside:
+            return fn(*args, **kwargs)
+        start = time.perf_counter()
+        self.inside = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.inside = False
+            self.seconds += time.perf_counter() - start
 
     def install(self) -> None:
         timer = self
-
-        def timed(oracle, fn, *args):
-            if not timer.active:
-                return timer.original(oracle, fn, *args)
-            start = time.perf_counter()
-            try:
-                return timer.original(oracle, fn, *args)
-            finally:
-                timer.seconds += time.perf_counter() - start
-
-        RowLikelihood._private_call = timed
+        RowLikelihood._private_call = lambda oracle, fn, *args: timer._timed(
+            timer.original, oracle, fn, *args
+        )
+        RowLikelihood.clipped_centred_grad_sum = lambda oracle, *args, **kwargs: timer._timed(
+            timer.original_centred, oracle, *args, **kwargs
+        )
 
 
 def run(build, step_name: str, n: int, epsilon: float, seed: int) -> dict[str, float]:

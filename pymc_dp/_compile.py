@@ -151,6 +151,17 @@ def _mode(check_bounds: bool, backend: str | None = None) -> Any:
     )
 
 
+def c_backend(backend: str | None) -> bool:
+    """Whether functions compiled for ``backend`` run on PyTensor's C backend (PyTensor 2's
+    VM linker). There a matrix product is a node implemented in Python, so a per-row product
+    with a small public matrix is faster in NumPy after the compiled pass (the centred
+    gradient sum of a logistic regression, d = 10, n = 10⁵: 3.6 ms against 4.9 ms; with Numba
+    2.1 ms compiled against 2.8 ms)."""
+    from pytensor.link.vm import VMLinker
+
+    return backend is None and isinstance(get_default_mode().linker, VMLinker)
+
+
 # PyTensor 3's rewrites of a matrix product with a diagonal or selection (one-hot) operand,
 # which ask its assumption system about both operands of every product, on every pass. A
 # per-row graph multiplies row data by parameters, seldom a diagonal or one-hot matrix (where

@@ -510,6 +510,7 @@ class CentredGradientRelease(_CentredRelease):
     def __init__(self, channel: PrivateChannel, **options: Any) -> None:
         super().__init__(channel, **options)
         self.marginal = marginal_metric(self.metric, self.likelihood_coordinates)
+        self._oracle.compile_centred_grad()  # every call makes that pass: before the chain
         self._finish()
 
     def bound(self, theta: np.ndarray) -> float:
@@ -650,7 +651,7 @@ class CentreGradientRelease(_GaussianMechanism):
         if not self.channel.space.in_support(self.centre.theta):
             raise InvalidParameterError("the centre must be a point inside the model's support.")
         self._record()  # checked against the reservation before the data are read
-        total = self._oracle.centre_rows(self.centre).sum(axis=0)
+        total = self._oracle.centre_grad_sum(self.centre)
         noisy = self.channel.noise.release(self.centre.whitening @ total, self.noise_std)
         return Release(self._conditioned(noisy)[0], self.noise_std, None)
 

@@ -146,6 +146,187 @@ def _compile_once(inputs: list[Variable], outputs: list[Variable]) -> Any:
     )
 
 
+@dataclass(frozen=True)
+class _CompactLayout:
+    """Where the columns of the compact per-row gradient sit in ``θ`` (public: the graph).
+
+    Column ``k`` of row ``i`` is coordinate ``first[k] + stride[k] · index[i, group[k]]``,
+    where ``index[i, j]`` is the entry row ``i`` reads of the gathered variables of index
+    group ``j`` (``groups[j]`` entries); ``group[k] = -1`` (stride 0) for a column at the same
+    coordinate in every row. ``index`` is ``None`` when there is no gathered variable.
+    """
+
+    first: np.ndarray
+    stride: np.ndarray
+    group: np.ndarray
+    groups: np.ndarray
+
+    @property
+    def shared(self) -> np.ndarray:
+        """Positions of the columns every row has at the same coordinate."""
+        return np.flatnonzero(self.group < 0)
+
+    @property
+    def gathered(self) -> np.ndarray:
+        """Positions of the columns at the row's group entry."""
+        return np.flatnonzero(self.group >= 0)
+
+    def entries(self, k: int) -> np.ndarray:
+        """The coordinates column ``k`` can sit at, one per group of its index."""
+        return self.first[k] + self.stride[k] * np.arange(self.groups[self.group[k]])
+
+    def coordinates(self, index: np.ndarray) -> np.ndarray:
+        """Every row's coordinates, ``(m, K)``."""
+        return self.first + self.stride * index[:, np.maximum(self.group, 0)]
+
+    def dense(self, values: np.ndarray, index: np.ndarray | None, d: int) -> np.ndarray:
+        """The rows as the ``(m, d)`` matrix they stand for (zero off their coordinates)."""
+        rows = np.zeros((values.shape[0], d))
+        if index is None:
+            rows[:, self.first] = values
+        else:
+            np.put_along_axis(rows, self.coordinates(index), values, axis=1)
+        return rows
+
+    def total(self, values: np.ndarray, index: np.ndarray | None, d: int) -> np.ndarray:
+        """``Σ_i v_i`` as a ``d``-vector."""
+        out = np.zeros(d)
+        shared = self.shared if index is not None else np.arange(self.first.size)
+        out[self.first[shared]] = values[:, shared].sum(axis=0)
+        if index is not None:
+            for k in self.gathered:
+                group = self.group[k]
+                out[self.entries(k)] += np.bincount(
+                    index[:, group], weights=values[:, k], minlength=self.groups[group]
+                )
+        return out
+
+    def outer_total(self, values: np.ndarray, index: np.ndarray | None, d: int) -> np.ndarray:
+        """``Σ_i v_i v_iᵀ`` as a ``d × d`` matrix."""
+        out = np.zeros((d, d))
+        if index is None:
+            out[np.ix_(self.first, self.first)] = values.T @ values
+            return out
+        shared, gathered = self.shared, self.gathered
+        places = self.first[shared]
+        out[np.ix_(places, places)] = values[:, shared].T @ values[:, shared]
+        coords = self.coordinates(index)
+        flat = out.reshape(-1)
+        for k in gathered:
+            for j in range(values.shape[1]):
+                if j in shared:  # both (k, j) and (j, k)
+                    cross = np.bincount(
+                        coords[:, k] * d + coords[:, j],
+                        weights=values[:, k] * values[:, j],
+                        minlength=d * d,
+                    )
+                    flat += cross
+                    flat += cross.reshape(d, d).T.reshape(-1)
+                else:
+                    flat += np.bincount(
+                        coords[:, k] * d + coords[:, j],
+                        weights=values[:, k] * values[:, j],
+                        minlength=d * d,
+                    )
+        return out
+
+    def dot(self, values: np.ndarray, index: np.ndarray | None, step: np.ndarray) -> np.ndarray:
+        """Per row ``v_i · step`` (``step``: a ``d``-vector)."""
+        if index is None:
+            return values @ step[self.first]
+        shared = self.shared
+        out = values[:, shared] @ step[self.first[shared]]
+        for k in self.gathered:
+            out += values[:, k] * step[self.entries(k)][index[:, self.group[k]]]
+        return out
+
+
+class _RowMap:
+    """A public linear map ``A`` (``r × d``) on per-row vectors held in compact form.
+
+    ``norms`` gives ``‖A v_i‖`` and ``weighted_sum`` gives ``Σ_i s_i A v_i`` without forming the
+    ``(m, d)`` rows. With gathered columns the norms come from ``AᵀA``: its block on the shared
+    columns, and per gathered column a table over the groups of its entries with the shared
+    columns and the other gathered ones, so a row with ``K`` entries costs about ``K²``
+    instead of ``d r``.
+    """
+
+    def __init__(self, matrix: np.ndarray, layout: _CompactLayout) -> None:
+        self.matrix = np.asarray(matrix, dtype=float)
+        self.layout = layout
+        self.columns = self.matrix[:, layout.first]
+        r, d = self.matrix.shape
+        k = layout.first.size
+        self.gram = None
+        if layout.groups.size and k * k < d * r:  # else the (m, d) rows times Aᵀ
+            gram = self.matrix.T @ self.matrix
+            shared = layout.first[layout.shared]
+            self.gram = gram[np.ix_(shared, shared)]
+            self.cross = {}  # gathered k: (groups, |shared|)
+            self.pairs = {}  # gathered k ≤ l: (groups_k,) or (groups_k, groups_l)
+            gathered = layout.gathered
+            for i, c in enumerate(gathered):
+                entries = layout.entries(c)
+                self.cross[c] = gram[np.ix_(entries, shared)]
+                for other in gathered[i:]:
+                    block = gram[np.ix_(entries, layout.entries(other))]
+                    same = layout.group[c] == layout.group[other]
+                    self.pairs[c, other] = np.diagonal(block).copy() if same else block
+
+    def norms(self, values: np.ndarray, index: np.ndarray | None) -> np.ndarray:
+        """``‖A v_i‖``. A row whose entries are finite but so large that the arithmetic
+        overflows (a leapfrog far out in the tails) is computed again scaled by its largest
+        entry: its norm is then ``∞`` or right, never NaN."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            norms = self._norms(values, index)
+        bad = ~np.isfinite(norms)
+        if bad.any():
+            rows = values[bad]
+            largest = np.max(np.abs(rows), axis=1, initial=0.0)
+            ok = np.isfinite(largest) & (largest > 0)  # non-finite entries: left to the caller
+            if ok.any():
+                at = np.flatnonzero(bad)[ok]
+                unit = rows[ok] / largest[ok, None]
+                with np.errstate(over="ignore"):
+                    norms[at] = largest[ok] * self._norms(
+                        unit, None if index is None else index[at]
+                    )
+        return norms
+
+    def _norms(self, values: np.ndarray, index: np.ndarray | None) -> np.ndarray:
+        if index is None:
+            mapped = values @ self.columns.T
+            return np.sqrt(np.einsum("ij,ij->i", mapped, mapped))
+        if self.gram is None:
+            mapped = self.layout.dense(values, index, self.matrix.shape[1]) @ self.matrix.T
+            return np.sqrt(np.einsum("ij,ij->i", mapped, mapped))
+        layout = self.layout
+        shared = values[:, layout.shared]
+        sq = np.einsum("ij,ij->i", shared @ self.gram, shared)
+        for c in layout.gathered:
+            at = index[:, layout.group[c]]
+            vc = values[:, c]
+            sq += 2.0 * vc * np.einsum("ij,ij->i", shared, self.cross[c][at])
+            for (first, other), table in self.pairs.items():
+                if first != c:
+                    continue
+                if other == c:
+                    sq += vc * vc * table[at]
+                elif table.ndim == 1:
+                    sq += 2.0 * vc * values[:, other] * table[at]
+                else:
+                    sq += 2.0 * vc * values[:, other] * table[at, index[:, layout.group[other]]]
+        return np.sqrt(np.maximum(sq, 0.0))
+
+    def weighted_sum(
+        self, weights: np.ndarray, values: np.ndarray, index: np.ndarray | None
+    ) -> np.ndarray:
+        if index is None:
+            return self.columns @ (weights @ values)
+        weighted = values * weights[:, None]
+        return self.matrix @ self.layout.total(weighted, index, self.matrix.shape[1])
+
+
 def _chunk_bytes_for(backend: str | None) -> int:
     """Bytes per chunk of rows for the backend (with JAX: for the device it runs on)."""
     if backend is None:
@@ -349,7 +530,7 @@ class RowLikelihood:
         self.rows_read = 0  # rows passed to compiled likelihood functions (instrumentation)
         self.calls = 0
         self._loglik_cache: list[tuple[bytes, np.ndarray]] = []
-        self._centre_cache: tuple[bytes, np.ndarray] | None = None
+        self._centre_cache: tuple[bytes, tuple, tuple] | None = None
         # [centre key, (θ, c(θ)), (θ', c(θ'))]: c(θ) = ℓ(θ) − ĝ·(θ − θ_c) per row (the centred
         # ratio's per-row values), for the chain's current state and last proposal
         self._centred_cache: list[Any] = []
@@ -722,20 +903,6 @@ class RowLikelihood:
         rest = flat_theta[len(blocks) :]
         sparse_theta = {v: (rest[2 * k], rest[2 * k + 1]) for k, v in enumerate(sparse_vars)}
         self._f_loglik = self._compile([self.space.theta, *inputs], ell_theta)
-        # The centred ratio in the same pass (theory §4.1, the default step's hot path): with
-        # the rows' clipped centre gradients ĝ_i (an (m, d) input) and c_i(θ) = ℓ_i(θ) −
-        # ĝ_i·(θ − θ_c), it returns c(θ') and Σ_i clip(c_i(θ') − c_i(θ), ±B) = the clipped
-        # centred ratio sum. Compiled on first use (only the centred release asks for it).
-        centre_rows = pt.matrix("centre_rows", dtype=floatX)
-        centre_theta = pt.vector("centre_theta", dtype=floatX)
-        current = pt.vector("current_centred", dtype=floatX)
-        ratio_bound = pt.scalar("ratio_bound", dtype=floatX)
-        centred = ell_theta - pt.dot(centre_rows, self.space.theta - centre_theta)
-        self._centred_graph = (
-            [self.space.theta, *inputs, centre_rows, centre_theta, current, ratio_bound],
-            [centred, clip_ratio_graph(centred - current, ratio_bound).sum()],
-        )
-        self._f_centred = None
         sizes = {v: sl.stop - sl.start for v, sl, _ in self.space.slices}
         shapes = {v: shape for v, _, shape in self.space.slices}
         # columns of a row's gradient: all of a dense block, one entry's worth of a gathered v
@@ -815,14 +982,86 @@ class RowLikelihood:
             [clip_ratio_graph(ratio, llr_bound).sum(), count_clipped_graph(ratio, llr_bound)],
         )
         self._f_llr = None
-        dense = dict(blocks_theta)
-        for v, (g, index) in sparse_theta.items():  # for grad_rows (tests, diagnostics) only
-            rows = pt.zeros((m, shapes[v][0], widths[v]), dtype=floatX)
-            rows = pt.set_subtensor(rows[pt.arange(m), index], g)
-            dense[v] = rows.reshape((m, sizes[v]))
-        self._grad_blocks = dense
-        self._grad_inputs = inputs
-        self._f_grad_rows = None  # compiled on first use (tests, diagnostics)
+        # Per-row gradients in compact form: each row's possibly non-zero entries only, an
+        # (m, K) matrix, and the index of each gathered group. Column k of row i is coordinate
+        # `first_k + stride_k · index_{group_k, i}` of θ (stride 0: the same for every row).
+        # The centring's reads and the centred releases work on it: for a hierarchy K is a few
+        # columns where d is the number of groups (theory §4.3). Compiled on first use.
+        compact, first, stride, group_of = [], [], [], []
+        group_index: dict[int, Variable] = {}
+        for v, sl, _ in self.space.slices:
+            if v in blocks_theta:  # as computed: the callers decide what a non-finite entry is
+                compact.append(blocks_theta[v].reshape((m, widths[v])))
+                first.extend(range(sl.start, sl.stop))
+                stride.extend([0] * widths[v])
+                group_of.extend([-1] * widths[v])
+            elif v in sparse_theta:
+                g, index = sparse_theta[v]
+                number = self._gather_groups[v]
+                group_index.setdefault(number, index)
+                position = list(group_index).index(number)
+                compact.append(g.reshape((m, widths[v])))
+                first.extend(range(sl.start, sl.start + widths[v]))
+                stride.extend([widths[v]] * widths[v])
+                group_of.extend([position] * widths[v])
+        values = pt.concatenate(compact, axis=1) if compact else pt.zeros((m, 0), dtype=floatX)
+        indices = [pt.cast(index, "int64") for index in group_index.values()]
+        self._compact_graph = ([self.space.theta, *inputs], [values, *indices])
+        self._compact_layout = _CompactLayout(
+            first=np.array(first, dtype=np.int64),
+            stride=np.array(stride, dtype=np.int64),
+            group=np.array(group_of, dtype=np.int64),
+            groups=np.array(
+                [
+                    next(shapes[v][0] for v in sparse if self._gather_groups[v] == number)
+                    for number in group_index
+                ],
+                dtype=np.int64,
+            ),
+        )
+        self._f_compact = None
+        layout = self._compact_layout
+        shared_first = layout.first[layout.shared]
+
+        # The centred ratio in the same pass (theory §4.1, the default step's hot path): with
+        # the rows' clipped centre gradients ĝ_i on the shared columns (an (m, |S|) input),
+        # the rest of ĝ_i·(θ − θ_c) (`extra`: the gathered columns', from NumPy; zeros without
+        # gathered variables) and c_i(θ) = ℓ_i(θ) − ĝ_i·(θ − θ_c), it returns c(θ') and
+        # Σ_i clip(c_i(θ') − c_i(θ), ±B) = the clipped centred ratio sum. Compiled when a
+        # centred release is built.
+        centre_shared = pt.matrix("centre_shared", dtype=floatX)
+        centre_theta = pt.vector("centre_theta", dtype=floatX)
+        extra = pt.vector("centre_extra", dtype=floatX)
+        current = pt.vector("current_centred", dtype=floatX)
+        ratio_bound = pt.scalar("ratio_bound", dtype=floatX)
+        offset = (self.space.theta - centre_theta)[shared_first]
+        centred = ell_theta - pt.dot(centre_shared, offset) - extra
+        self._centred_graph = (
+            [self.space.theta, *inputs, centre_shared, centre_theta, extra, current, ratio_bound],
+            [centred, clip_ratio_graph(centred - current, ratio_bound).sum()],
+        )
+        self._f_centred = None
+        # The centred gradient sum (theory §4.3, DPHMC's hot path) without gathered variables:
+        # Σ_i clip_B(Mᵀ(g_i − ĝ_i)) with g_i the K columns of row i's gradient (non-finite
+        # entries 0), ĝ_i its clipped gradient at the centre (an (m, K) input) and M (K × r)
+        # the public metric on those columns; the scale as in the clipped gradient sum.
+        # With gathered variables, or on PyTensor's C backend (_compile.c_backend), the sum
+        # is formed in NumPy from the compact rows (_RowMap).
+        self._centred_grad_graph = None
+        if not group_index and not _compile.c_backend(self.backend):
+            centre_values = pt.matrix("centre_values", dtype=floatX)
+            mapping = pt.matrix("centred_map", dtype=floatX)
+            centred_clip = pt.scalar("centred_clip", dtype=floatX)
+            difference = pt.switch(pt.abs(values) < np.inf, values, 0.0) - centre_values
+            mapped = pt.dot(difference, mapping)
+            sq = pt.dot(pt.sqr(mapped), pt.ones_like(mapping[0]))
+            x = sq * pt.reciprocal(pt.sqr(centred_clip))
+            scale = pt.reciprocal(pt.sqrt(0.5 * (x + 1.0 + pt.abs(x - 1.0))))
+            self._centred_grad_graph = (
+                [self.space.theta, *inputs, centre_values, mapping, centred_clip],
+                pt.dot(scale, mapped),
+            )
+        self._f_centred_grad = None
 
     # ------------------------------------------------------------------ validation
 
@@ -887,7 +1126,7 @@ class RowLikelihood:
         if not np.allclose(grad, dlogp, rtol=1e-7, atol=1e-10):
             scale = np.abs(prior_grad)
             for chunk in self._chunks(None, False):
-                rows = self._private_call(self._grad_rows_fn(), theta, *chunk)
+                rows = self._grad_rows_chunk(theta, chunk)
                 scale = scale + np.abs(rows).sum(axis=0)
             if np.any(np.abs(grad - dlogp) > 1e-7 * scale + 1e-10):
                 return "the gradient differs from PyMC's dlogp", False
@@ -1044,6 +1283,10 @@ class RowLikelihood:
             raise
         except Exception as err:
             kind = type(err).__name__
+        raise self._evaluation_error(kind)
+
+    def _evaluation_error(self, kind: str) -> PrivateEvaluationError:
+        """The error for a failed evaluation on the private data, without its message."""
         observed = ", ".join(repr(r.name) for r in self._rows if r.observed)
         hint = (
             "An index column (such as a group index) may hold values outside the range of the "
@@ -1051,7 +1294,7 @@ class RowLikelihood:
             if kind == "IndexError"
             else "Check that the likelihood is defined for every row at every parameter value."
         )
-        raise PrivateEvaluationError(
+        return PrivateEvaluationError(
             f"Evaluating the likelihood of {observed} on the private data failed ({kind}). The "
             f"original message is withheld because it may contain private values. {hint} To "
             "see the full error, evaluate the model on public synthetic data of the same shape."
@@ -1156,7 +1399,7 @@ class RowLikelihood:
         """
         bound = self._check_bound(bound, "bound")
         theta, theta_new = self.space.as_theta(theta), self.space.as_theta(theta_new)
-        rows = self.centre_rows(centre)  # ĝ_i, computed once per centre
+        self._centre_compact(centre)  # ĝ_i, computed once per centre
         stamp = self._centre_cache[0]
         if self._centred_cache[:1] != [stamp]:
             self._centred_cache = [stamp]  # c(θ) depends on the centre
@@ -1164,13 +1407,13 @@ class RowLikelihood:
         # the chain's current state first: it is kept while proposals come and go
         key, key_new = theta.tobytes(), theta_new.tobytes()
         if key not in known:
-            known[key], _ = self._centred_pass(theta, centre, rows, None, bound)
+            known[key], _ = self._centred_pass(theta, centre, None, bound)
         current = known[key]
         if key_new in known:  # a state evaluated before (θ' = θ never reaches here)
             ratio = known[key_new] - current
             total = releases.clipped_ratio_sum(ratio, float(bound))
         else:
-            known[key_new], total = self._centred_pass(theta_new, centre, rows, current, bound)
+            known[key_new], total = self._centred_pass(theta_new, centre, current, bound)
             ratio = known[key_new] - current if count_clipped else None
         self._centred_cache = [stamp, (key, current), (key_new, known[key_new])]
         over = releases.count_clipped(ratio, float(bound)) if count_clipped else None
@@ -1198,39 +1441,60 @@ class RowLikelihood:
         bound = float(self._check_bound(bound, "bound"))
         theta = self.space.as_theta(theta)
         kept = np.asarray(coordinates, dtype=bool)
-        every = bool(kept.all())
         matrix = np.asarray(metric, dtype=float)
-        rows = self.centre_rows(centre)  # ĝ_i, computed once per centre
-        fn = self._grad_rows_fn()
+        # W_Lᵀ v_L as a map of the whole v: A = W_Lᵀ on the coordinates L, zero elsewhere
+        embedded = np.zeros((matrix.shape[1], self.ndim))
+        embedded[:, kept] = matrix.T
+        mapped = _RowMap(embedded, self._compact_layout)
+        centre_values, index = self._centre_compact(centre)  # ĝ_i, computed once per centre
         total = np.zeros(matrix.shape[1])
         clipped = 0
         start = 0
+        compiled = self._centred_grad_graph is not None and not count_clipped  # one pass
+        if compiled:
+            self.compile_centred_grad()
+            floatX = pytensor.config.floatX
+            mapping = np.ascontiguousarray(mapped.columns.T, dtype=floatX)
+            clip = np.asarray(bound, dtype=floatX)
         for chunk in self._chunks(None, True):
-            grads = np.array(self._private_call(fn, theta, *chunk), dtype=float)
-            stop = start + grads.shape[0]
+            stop = start + chunk[0].shape[0]
+            ours = centre_values[start:stop]
+            start = stop
+            if compiled:
+                part = self._private_call(
+                    self._f_centred_grad,
+                    theta,
+                    *chunk,
+                    ours.astype(floatX, copy=False),
+                    mapping,
+                    clip,
+                )
+                if np.all(np.isfinite(part)):
+                    total += part
+                    continue
+                # an overflow far out in the tails: this chunk again, with the norms scaled
+            grads, index = self._compact_chunk(theta, chunk)
             finite = np.isfinite(grads)
             if not finite.all():
                 grads[~finite] = 0.0
-            grads -= rows[start:stop]
-            scaled = (grads if every else grads[:, kept]) @ matrix
-            norms = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
-            total += (bound / np.maximum(norms, bound)) @ scaled
+            grads -= ours  # on the same coordinates: they are the row's
+            norms = mapped.norms(grads, index)
+            total += mapped.weighted_sum(bound / np.maximum(norms, bound), grads, index)
             if count_clipped:
                 clipped += int(np.count_nonzero(norms > bound))
-            start = stop
         return ClippedSum(total, clipped if count_clipped else None)
 
     def _centred_pass(
         self,
         theta: np.ndarray,
         centre: releases.Centre,
-        rows: np.ndarray,
         current: np.ndarray | None,
         bound: np.ndarray,
     ) -> tuple[np.ndarray, float]:
         """One pass over the rows: ``c(θ)`` and ``Σ_i clip(c_i(θ) − current_i, ±B)``."""
         self.compile_centred()
         floatX = pytensor.config.floatX
+        shared, extra = self._centre_shared(centre, np.asarray(theta, dtype=float))
         centre_theta = np.asarray(centre.theta, dtype=floatX)
         if current is None:
             current = np.zeros(self.n_rows, dtype=floatX)
@@ -1241,8 +1505,9 @@ class RowLikelihood:
                 self._f_centred,
                 theta,
                 *chunk,
-                rows[start:stop],
+                shared[start:stop],
                 centre_theta,
+                extra[start:stop],
                 current[start:stop],
                 bound,
             )
@@ -1250,6 +1515,13 @@ class RowLikelihood:
             total += float(clipped)
             start = stop
         return _joined(parts, (0,)), total
+
+    def compile_centred_grad(self) -> None:
+        """Compile the centred gradient pass now (else on its first call; build time only,
+        reads no data). Only for a likelihood without gathered variables: with them the
+        pass is formed from the compact rows."""
+        if self._f_centred_grad is None and self._centred_grad_graph is not None:
+            self._f_centred_grad = self._compile(*self._centred_grad_graph)
 
     def compile_centred(self) -> None:
         """Compile the centred-ratio pass now (else on its first call): a step whose every
@@ -1263,37 +1535,77 @@ class RowLikelihood:
     ) -> np.ndarray:
         """Per-row ``ℓ_i(θ') − ℓ_i(θ) − ĝ_i·(θ' − θ)`` over all rows. Not private."""
         theta, theta_new = self.space.as_theta(theta), self.space.as_theta(theta_new)
-        rows = self.centre_rows(centre)
         step = np.asarray(theta_new, dtype=float) - np.asarray(theta, dtype=float)
         # θ first: a chain's current state is kept (and reused) while proposals come and go.
         # Asking for θ' first evicted θ whenever θ was the older entry, i.e. after every
         # accepted proposal: one extra pass over the data per acceptance.
         current = self._cached_loglik(theta)
         ratio = self._cached_loglik(theta_new) - current
-        ratio -= rows @ step
-        return ratio
+        return ratio - self._centre_dot(centre, step)
 
     def centre_rows(self, centre: releases.Centre) -> np.ndarray:
         """The ``(n, d)`` matrix of clipped per-row gradients ``ĝ_i`` at ``centre``. Not private.
 
-        Computed once per centre (one gradient pass) and kept; non-finite entries are zero, as in
-        the clipped gradient sum, so ``Σ_i ĝ_i`` is what a :class:`GradientRelease` with the
-        centre's clip and whitening releases with noise.
+        Non-finite entries are zero, as in the clipped gradient sum, so ``Σ_i ĝ_i`` is what a
+        :class:`GradientRelease` with the centre's clip and whitening releases with noise. For
+        tests and diagnostics: the steps use the compact form (:meth:`centre_grad_sum`).
+        """
+        values, index = self._centre_compact(centre)
+        return self._compact_layout.dense(values, index, self.ndim)
+
+    def centre_grad_sum(self, centre: releases.Centre) -> np.ndarray:
+        """``Σ_i ĝ_i``: the rows' clipped gradients at ``centre``, summed. Not private."""
+        return self._compact_layout.total(*self._centre_compact(centre), self.ndim)
+
+    def _centre_dot(self, centre: releases.Centre, step: np.ndarray) -> np.ndarray:
+        """Per row ``ĝ_i · step`` (``step``: a ``d``-vector). Not private."""
+        values, index = self._centre_compact(centre)
+        return self._compact_layout.dot(values, index, np.asarray(step, dtype=float))
+
+    def _centre_shared(
+        self, centre: releases.Centre, theta: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The centred pass's inputs: ``ĝ_i`` on the shared columns (``(n, |S|)``, floatX) and
+        the gathered columns' part of ``ĝ_i·(θ − θ_c)`` (zeros without gathered variables)."""
+        values, index = self._centre_compact(centre)
+        shared, zeros = self._centre_cache[2]  # computed with the values
+        if index is None:
+            return shared, zeros
+        layout = self._compact_layout
+        step = theta - np.asarray(centre.theta, dtype=float)
+        extra = np.zeros(values.shape[0])
+        for k in layout.gathered:
+            extra += values[:, k] * step[layout.entries(k)][index[:, layout.group[k]]]
+        return shared, extra.astype(pytensor.config.floatX, copy=False)
+
+    def _centre_compact(self, centre: releases.Centre) -> tuple[np.ndarray, np.ndarray | None]:
+        """``ĝ_i`` at ``centre`` in compact form (:meth:`_compact_chunk`), kept per centre.
+
+        Row ``i``'s gradient at the centre, scaled by ``min(1, b / ‖P ∇ℓ_i‖)`` (``b``, ``P``:
+        the centre's clip and whitening); one gradient pass, computed once per centre.
         """
         theta = np.asarray(self.space.as_theta(centre.theta), dtype=float)
         raw = np.asarray(centre.whitening, dtype=float)
         key = theta.tobytes() + np.float64(centre.grad_clip).tobytes() + raw.tobytes()
         if self._centre_cache is not None and self._centre_cache[0] == key:
             return self._centre_cache[1]  # checked when it was computed (every iteration asks)
-        whitening = self._whitening(raw)
+        whitening = _RowMap(self._whitening(raw), self._compact_layout)
         bound = float(self._check_bound(centre.grad_clip, "grad_clip"))
-        grads = self.grad_rows(theta)
-        grads = np.where(np.abs(grads) < np.inf, grads, 0.0)
-        norms = np.linalg.norm(grads @ whitening.T, axis=1)
-        scale = bound / np.maximum(norms, bound)
-        rows = grads * scale[:, None]
-        self._centre_cache = (key, rows)
-        return rows
+        parts, indices = [], []
+        for chunk in self._chunks(None, True):
+            values, index = self._compact_chunk(theta, chunk)
+            values = np.where(np.abs(values) < np.inf, values, 0.0)
+            norms = whitening.norms(values, index)
+            parts.append(values * (bound / np.maximum(norms, bound))[:, None])
+            indices.append(index)
+        layout = self._compact_layout
+        values = _joined(parts, (0, layout.first.size))
+        index = None if not layout.groups.size else _joined(indices, (0, layout.groups.size))
+        floatX = pytensor.config.floatX
+        shared = np.ascontiguousarray(values[:, layout.shared], dtype=floatX)
+        zeros = np.zeros(values.shape[0], dtype=floatX) if index is None else None
+        self._centre_cache = (key, (values, index), (shared, zeros))
+        return values, index
 
     def clipped_fisher(
         self, theta: np.ndarray, grad_clip: float, whitening: np.ndarray
@@ -1308,16 +1620,15 @@ class RowLikelihood:
         theta = self.space.as_theta(theta)
         matrix = self._whitening(whitening)
         bound = float(self._check_bound(grad_clip, "grad_clip"))
-        fn = self._grad_rows_fn()
+        layout = self._compact_layout
+        mapped = _RowMap(matrix, layout)
         total = np.zeros((self.ndim, self.ndim))
         for chunk in self._chunks(None, True):
-            grads = np.asarray(self._private_call(fn, theta, *chunk), dtype=float)
-            grads = np.where(np.abs(grads) < np.inf, grads, 0.0)
-            scaled = grads @ matrix.T
-            norms = np.linalg.norm(scaled, axis=1)
-            scaled *= (bound / np.maximum(norms, bound))[:, None]
-            total += scaled.T @ scaled
-        return total
+            values, index = self._compact_chunk(theta, chunk)
+            values = np.where(np.abs(values) < np.inf, values, 0.0)
+            values *= (bound / np.maximum(mapped.norms(values, index), bound))[:, None]
+            total += layout.outer_total(values, index, self.ndim)
+        return matrix @ total @ matrix.T  # Σ_i (P g_i)(P g_i)ᵀ = P (Σ_i g_i g_iᵀ) Pᵀ
 
     def centred_ratio_counts(
         self,
@@ -1367,8 +1678,7 @@ class RowLikelihood:
     def grad_rows(self, theta: np.ndarray, rows: np.ndarray | slice | None = None) -> np.ndarray:
         """Per-row gradients as an ``(m, d)`` matrix. Not private; for tests and diagnostics."""
         theta = self.space.as_theta(theta)
-        fn = self._grad_rows_fn()
-        parts = [self._private_call(fn, theta, *chunk) for chunk in self._chunks(rows, True)]
+        parts = [self._grad_rows_chunk(theta, chunk) for chunk in self._chunks(rows, True)]
         return _joined(parts, (0, self.ndim))
 
     def grad_norm_counts(
@@ -1397,15 +1707,24 @@ class RowLikelihood:
                 raise InvalidParameterError("give precond or whitening, not both.")
             matrix = self._whitening(whitening)
         edges = np.asarray(edges, dtype=float)
-        fn = self._grad_rows_fn()
         counts = np.zeros(edges.size + 1, dtype=np.int64)
+        layout = self._compact_layout
+        weights = np.asarray(weights, dtype=float)
+        mapped = None if whitening is None else _RowMap(matrix, layout)
+        if directions is not None:  # (P g)·u = g·(Pᵀu), (D g)·u = g·(D u)
+            directions = np.asarray(directions, dtype=float)
+            directions = directions * weights if whitening is None else directions @ matrix
         for chunk in self._chunks(None, True):
-            grads = self._private_call(fn, theta, *chunk)
-            grads = grads * weights if whitening is None else grads @ matrix.T
-            if directions is None:
-                norms = np.linalg.norm(grads, axis=1)
+            values, index = self._compact_chunk(theta, chunk)
+            if directions is None and mapped is None:  # each entry times D at its coordinate
+                at = layout.first if index is None else layout.coordinates(index)
+                norms = np.linalg.norm(values * weights[at], axis=1)
+            elif directions is None:
+                norms = mapped.norms(values, index)
             else:
-                norms = np.abs(grads @ np.asarray(directions, dtype=float).T).ravel()
+                norms = np.abs(
+                    np.stack([layout.dot(values, index, u) for u in directions], axis=1)
+                ).ravel()
             norms = np.where(np.isfinite(norms), norms, np.inf)
             bins = np.searchsorted(edges, norms, side="left")
             counts += np.bincount(bins, minlength=edges.size + 1)
@@ -1419,20 +1738,37 @@ class RowLikelihood:
             inputs, outputs, check_bounds=self._check_bounds, backend=self.backend
         )
 
-    def _grad_rows_fn(self) -> pytensor.compile.function.types.Function:
-        """Compiled per-row gradient matrix (compiled on first use: tests and checks only)."""
-        if self._f_grad_rows is None:
-            m = self._grad_inputs[0].shape[0]
-            cols = []
-            for v, sl, _ in self.space.slices:
-                if v in self._grad_blocks:
-                    cols.append(self._grad_blocks[v])
-                else:
-                    cols.append(pt.zeros((m, sl.stop - sl.start), dtype=pytensor.config.floatX))
-            self._f_grad_rows = self._compile(
-                [self.space.theta, *self._grad_inputs], pt.concatenate(cols, axis=1)
-            )
-        return self._f_grad_rows
+    def _compact_fn(self) -> pytensor.compile.function.types.Function:
+        """Compiled compact per-row gradients and gathered indices (compiled on first use)."""
+        if self._f_compact is None:
+            self._f_compact = self._compile(*self._compact_graph)
+        return self._f_compact
+
+    def _compact_chunk(
+        self, theta: np.ndarray, chunk: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """One chunk's per-row gradients in compact form. Not private.
+
+        Returns ``(values, index)``: ``values`` is ``(m, K)`` as the model computes it
+        (non-finite entries kept), ``index`` the ``(m, G)`` entries each row reads of the
+        gathered variables of each index group (``None`` without gathered variables); the
+        coordinates of ``θ`` they make are :class:`_CompactLayout`'s.
+        """
+        values, *indices = self._private_call(self._compact_fn(), theta, *chunk)
+        values = np.asarray(values, dtype=float)
+        if not indices:
+            return values, None
+        wrapped = np.empty((values.shape[0], len(indices)), dtype=np.int64)
+        for j, (index, groups) in enumerate(zip(indices, self._compact_layout.groups, strict=True)):
+            index = np.asarray(index, dtype=np.int64).reshape(-1)
+            if index.size and (index.min() < -groups or index.max() >= groups):
+                raise self._evaluation_error("IndexError")  # as the likelihood's gather would
+            wrapped[:, j] = index % groups  # a negative index counts from the end, as in PyMC
+        return values, wrapped
+
+    def _grad_rows_chunk(self, theta: np.ndarray, chunk: list[np.ndarray]) -> np.ndarray:
+        """One chunk's per-row gradients as an ``(m, d)`` matrix. Not private."""
+        return self._compact_layout.dense(*self._compact_chunk(theta, chunk), self.ndim)
 
     def _precond(self, precond: np.ndarray | None = None) -> np.ndarray:
         """The clip's preconditioner ``D`` as the compiled functions take it (ones: none)."""

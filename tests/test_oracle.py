@@ -324,7 +324,7 @@ def test_no_per_row_function_loops_over_rows_in_python_and_each_pickles(name):
     oracle = RowLikelihood(model)
     assert oracle.gradient_method == "vectorize"
     functions = {"loglik": oracle._f_loglik, "grad": oracle._f_grad}
-    functions["grad rows"] = oracle._grad_rows_fn()
+    functions["grad rows"] = oracle._compact_fn()
     for label, fn in functions.items():
         looped = [n.op for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, Blockwise)]
         assert not looped, (label, looped)
