@@ -215,6 +215,7 @@ def predict_ess(
     a few dozen means no sampler can give a converged posterior at this budget.
     """
     from pymc_dp.step_methods.base import _MAX_CHAIN_LENGTH, _MIN_CHAIN_LENGTH
+    from pymc_dp.step_methods.initialization import independence_df
     from pymc_dp.step_methods.penalty import _TARGET_RATIO_NOISE
 
     sd = np.atleast_1d(np.asarray(scale, dtype=float))
@@ -223,7 +224,7 @@ def predict_ess(
     covariance = _covariance(sd**2, None)
     d = sd.size
     mu_available = (1.0 - init_share) * float(gaussian_capacity(epsilon, delta))
-    df, p = 7.0, 0.5
+    df, p = independence_df(d), 0.5  # the step's independence t
     random_walk = 2.38 / np.sqrt(d) * sd
     far = 2.0 * df / (df - 2.0) * float(np.sum(sd**2))
     jump = float(np.sqrt((1 - p) * np.sum(random_walk**2) + p * far))

@@ -2,6 +2,8 @@
 what they take out of its release's noise, the centring's whitening, and the centred ratio's
 bound per group (theory §4.1 and §7, "Group-indexed variables")."""
 
+import logging
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -112,8 +114,23 @@ def test_without_public_zeros_the_dense_rule_holds():
         assert not noise.structured
         released = rng.normal(size=(d, d))
         np.testing.assert_allclose(noise.project(released), 0.5 * (released + released.T))
-        values, vectors = np.linalg.eigh(noise.project(released))
-        np.testing.assert_allclose(noise.radii(values, vectors), 2 * sigma * np.sqrt(d))
+        values = np.linalg.eigvalsh(noise.project(released))
+        np.testing.assert_allclose(noise.radii(values), 2 * sigma * np.sqrt(d))
+
+
+def test_a_fit_too_large_to_make_keeps_the_dense_rule_and_says_so(monkeypatch, caplog):
+    from pymc_dp.kernels import fisher_noise
+
+    monkeypatch.setattr(fisher_noise, "_MAX_PROJECTION_WORK", 10.0)
+    monkeypatch.setattr(fisher_noise, "_LOGGED", set())
+    d, sigma = 5, 1.0
+    with caplog.at_level(logging.INFO, logger="pymc"):
+        noise = FisherNoise(sigma, np.eye(d), np.eye(d, dtype=bool))
+        FisherNoise(sigma, np.eye(d), np.eye(d, dtype=bool))  # logged once
+    assert not noise.structured
+    np.testing.assert_allclose(noise.radii(np.zeros(d)), 2 * sigma * np.sqrt(d))
+    messages = [r.getMessage() for r in caplog.records if "dense noise rule" in r.getMessage()]
+    assert len(messages) == 1 and "10 public zeros" in messages[0]
 
 
 def _hierarchy(rng, groups=60):

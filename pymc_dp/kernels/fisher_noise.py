@@ -29,11 +29,15 @@ grew from 1.1–1.3 to 8–13 posterior sd. Weyl's bound over every direction ke
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
 
 __all__ = ["FisherNoise"]
+
+_log = logging.getLogger("pymc")
+_LOGGED: set[tuple[int, int]] = set()
 
 #: Draws of the projected noise for its spectral norms (a fixed generator: public numerics).
 _NOISE_DRAWS = 24
@@ -65,6 +69,7 @@ class FisherNoise:
         d = self.whitening.shape[0]
         self.ndim = d
         self._basis = None
+        self._radius: float | None = None
         if pattern is not None:
             pattern = np.asarray(pattern, dtype=bool)
             pattern = pattern | pattern.T
@@ -72,6 +77,15 @@ class FisherNoise:
             upper = d * (d + 1) // 2
             if rows.size < upper and upper * rows.size**2 <= _MAX_PROJECTION_WORK:
                 self._basis = _pattern_basis(self.whitening, rows, cols)
+            elif rows.size < upper and (d, rows.size) not in _LOGGED:
+                _LOGGED.add((d, rows.size))  # once per layout and process
+                _log.info(
+                    "The released Fisher information of %d parameters is read with the dense "
+                    "noise rule: fitting its %d public zeros would take %.0e operations.",
+                    d,
+                    upper - rows.size,
+                    upper * rows.size**2,
+                )
 
     @property
     def structured(self) -> bool:
@@ -90,17 +104,19 @@ class FisherNoise:
             return fisher
         return _from_upper(self._basis @ (self._basis.T @ _to_upper(fisher)), self.ndim)
 
-    def radii(self, values: np.ndarray, vectors: np.ndarray) -> np.ndarray:
-        """Each eigenvalue's noise radius (``values`` ascending, ``vectors`` the columns).
+    def radii(self, values: np.ndarray) -> np.ndarray:
+        """Each eigenvalue's noise radius (``values``: the fitted matrix's eigenvalues).
 
         Dense rule: ``2σ√d``. With public zeros: the spectral norm of the projected noise
-        (its :data:`_NOISE_QUANTILE` quantile over :data:`_NOISE_DRAWS` draws), for every
-        direction: Weyl's bound for the fitted matrix.
+        (its :data:`_NOISE_QUANTILE` quantile over :data:`_NOISE_DRAWS` draws, computed once
+        per release), for every direction: Weyl's bound for the fitted matrix.
         """
         values = np.asarray(values, dtype=float)
         if self._basis is None:
             return np.full(values.shape, self.dense_radius)
-        return np.full(values.shape, _quantile_norm(self._noise_draws()))
+        if self._radius is None:
+            self._radius = _quantile_norm(self._noise_draws())
+        return np.full(values.shape, self._radius)
 
     def _noise_draws(self) -> list[np.ndarray]:
         rng = np.random.default_rng(0)

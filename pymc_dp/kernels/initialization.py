@@ -331,7 +331,7 @@ def covariance_from_fisher(
     fisher, matrix, noise = _released_fisher(fisher, whitening, noise_std, pattern)
     prior_part = prior_information(prior_hessian)
     values, vectors = np.linalg.eigh(fisher)
-    radius = noise.radii(values, vectors)
+    radius = noise.radii(values)
     unresolved = values < radius
     kept = np.where(unresolved, radius, values)
     if midpoint and np.any(unresolved):
@@ -411,8 +411,8 @@ def unresolved_directions(
     fisher, _, noise = _released_fisher(
         fisher, np.eye(d) if whitening is None else whitening, noise_std, pattern
     )
-    values, vectors = np.linalg.eigh(fisher)
-    return int(np.sum(values < noise.radii(values, vectors)))
+    values = np.linalg.eigvalsh(fisher)
+    return int(np.sum(values < noise.radii(values)))
 
 
 def loose_directions(
@@ -439,7 +439,7 @@ def loose_directions(
     """
     fisher, matrix, noise = _released_fisher(fisher, whitening, noise_std, pattern)
     values, vectors = np.linalg.eigh(fisher)
-    radius = noise.radii(values, vectors)
+    radius = noise.radii(values)
     prior = matrix @ prior_information(prior_hessian) @ matrix.T
     along = _along_each(vectors, prior)
     low = along + np.maximum(values - radius, 0.0)
