@@ -249,6 +249,12 @@ class _RowMap:
     columns, and per gathered column a table over the groups of its entries with the shared
     columns and the other gathered ones, so a row with ``K`` entries costs about ``K²``
     instead of ``d r``.
+
+    The Gram form's rounding error is relative to ``‖|A| |v|‖²``, which exceeds ``‖A v‖²`` by
+    up to ``1/ρ``, ``ρ = λ_min(AᵀA) / λ_max(|A|ᵀ|A|)`` on the coordinates the rows reach: it
+    is used only while that error bound, ``e = (r + K² + 4) u / ρ`` (``u`` the unit roundoff),
+    is at most ``10⁻⁶``, and its norms are raised by the factor ``1 + e``, so that a row scaled
+    to a bound never exceeds it; otherwise each row is mapped directly.
     """
 
     def __init__(self, matrix: np.ndarray, layout: _CompactLayout) -> None:
@@ -258,9 +264,22 @@ class _RowMap:
         r, d = self.matrix.shape
         k = layout.first.size
         self.gram = None
+        self.inflation = 1.0
         if layout.groups.size and k * k < d * r:  # else the (m, d) rows times Aᵀ
             gram = self.matrix.T @ self.matrix
             shared = layout.first[layout.shared]
+            reached = np.unique(
+                np.concatenate([shared, *[layout.entries(c) for c in layout.gathered]])
+            )
+            low = np.linalg.eigvalsh(gram[np.ix_(reached, reached)])[0]
+            magnitude = np.abs(self.matrix[:, reached])
+            high = np.linalg.eigvalsh(magnitude.T @ magnitude)[-1]
+            error = (r + k * k + 4) * np.finfo(float).eps / (low / high) if low > 0 else np.inf
+            if high == 0.0:  # A is zero where the rows are: every norm is 0
+                error = 0.0
+            if error > 1e-6:
+                return
+            self.inflation = 1.0 + error
             self.gram = gram[np.ix_(shared, shared)]
             self.cross = {}  # gathered k: (groups, |shared|)
             self.pairs = {}  # gathered k ≤ l: (groups_k,) or (groups_k, groups_l)
@@ -316,7 +335,7 @@ class _RowMap:
                     sq += 2.0 * vc * values[:, other] * table[at]
                 else:
                     sq += 2.0 * vc * values[:, other] * table[at, index[:, layout.group[other]]]
-        return np.sqrt(np.maximum(sq, 0.0))
+        return np.sqrt(np.maximum(sq, 0.0)) * self.inflation
 
     def weighted_sum(
         self, weights: np.ndarray, values: np.ndarray, index: np.ndarray | None
@@ -534,6 +553,7 @@ class RowLikelihood:
         # [centre key, (θ, c(θ)), (θ', c(θ'))]: c(θ) = ℓ(θ) − ĝ·(θ − θ_c) per row (the centred
         # ratio's per-row values), for the chain's current state and last proposal
         self._centred_cache: list[Any] = []
+        self._metric_map: tuple[bytes, _RowMap] | None = None  # public: the last metric's map
 
         methods = ["vectorize", "jacobian"] if gradient_method == "auto" else [gradient_method]
         failures: list[str] = []
@@ -955,9 +975,14 @@ class RowLikelihood:
         for v, _, shape in self.space.slices:
             if v in entries:  # Σ_i s_i g_i placed at idx_i: a scatter-add over the rows
                 g, index = entries[v]
-                weighted = scale * g if g.ndim == 1 else scale[:, None] * g
-                acc = pt.zeros((shape[0], *g.shape[1:]), dtype=floatX)
-                pieces.append(pt.inc_subtensor(acc[index], weighted).reshape((sizes[v],)))
+                if g.ndim == 1:
+                    acc = pt.zeros((shape[0],), dtype=floatX)
+                    pieces.append(pt.inc_subtensor(acc[index], scale * g))
+                else:  # flat: a row scatter of (m, w) values fails on a 1-row chunk (PyTensor 2)
+                    width = widths[v]
+                    at = (index[:, None] * width + pt.arange(width)).reshape((-1,))
+                    acc = pt.zeros((sizes[v],), dtype=floatX)
+                    pieces.append(pt.inc_subtensor(acc[at], (scale[:, None] * g).reshape((-1,))))
             elif v not in columns:  # the likelihood does not depend on v: zero gradient
                 pieces.append(pt.zeros((sizes[v],), dtype=floatX))
             elif sizes[v] == 1:
@@ -988,7 +1013,9 @@ class RowLikelihood:
         # The centring's reads and the centred releases work on it: for a hierarchy K is a few
         # columns where d is the number of groups (theory §4.3). Compiled on first use.
         compact, first, stride, group_of = [], [], [], []
-        group_index: dict[int, Variable] = {}
+        # one index per (index computation, number of groups): variables read at the same
+        # index but of different lengths wrap a negative index differently
+        group_index: dict[tuple[int, int], Variable] = {}
         for v, sl, _ in self.space.slices:
             if v in blocks_theta:  # as computed: the callers decide what a non-finite entry is
                 compact.append(blocks_theta[v].reshape((m, widths[v])))
@@ -997,7 +1024,7 @@ class RowLikelihood:
                 group_of.extend([-1] * widths[v])
             elif v in sparse_theta:
                 g, index = sparse_theta[v]
-                number = self._gather_groups[v]
+                number = (self._gather_groups[v], shapes[v][0])
                 group_index.setdefault(number, index)
                 position = list(group_index).index(number)
                 compact.append(g.reshape((m, widths[v])))
@@ -1011,13 +1038,7 @@ class RowLikelihood:
             first=np.array(first, dtype=np.int64),
             stride=np.array(stride, dtype=np.int64),
             group=np.array(group_of, dtype=np.int64),
-            groups=np.array(
-                [
-                    next(shapes[v][0] for v in sparse if self._gather_groups[v] == number)
-                    for number in group_index
-                ],
-                dtype=np.int64,
-            ),
+            groups=np.array([size for _, size in group_index], dtype=np.int64),
         )
         self._f_compact = None
         layout = self._compact_layout
@@ -1442,10 +1463,13 @@ class RowLikelihood:
         theta = self.space.as_theta(theta)
         kept = np.asarray(coordinates, dtype=bool)
         matrix = np.asarray(metric, dtype=float)
-        # W_Lᵀ v_L as a map of the whole v: A = W_Lᵀ on the coordinates L, zero elsewhere
-        embedded = np.zeros((matrix.shape[1], self.ndim))
-        embedded[:, kept] = matrix.T
-        mapped = _RowMap(embedded, self._compact_layout)
+        key = matrix.tobytes() + kept.tobytes() + str(matrix.shape).encode()
+        if self._metric_map is None or self._metric_map[0] != key:  # one per release's metric
+            # W_Lᵀ v_L as a map of the whole v: A = W_Lᵀ on the coordinates L, zero elsewhere
+            embedded = np.zeros((matrix.shape[1], self.ndim))
+            embedded[:, kept] = matrix.T
+            self._metric_map = (key, _RowMap(embedded, self._compact_layout))
+        mapped = self._metric_map[1]
         centre_values, index = self._centre_compact(centre)  # ĝ_i, computed once per centre
         total = np.zeros(matrix.shape[1])
         clipped = 0
@@ -1473,11 +1497,8 @@ class RowLikelihood:
                     total += part
                     continue
                 # an overflow far out in the tails: this chunk again, with the norms scaled
-            grads, index = self._compact_chunk(theta, chunk)
-            finite = np.isfinite(grads)
-            if not finite.all():
-                grads[~finite] = 0.0
-            grads -= ours  # on the same coordinates: they are the row's
+            grads, index = self._compact_chunk(theta, chunk)  # read-only with JAX
+            grads = np.where(np.abs(grads) < np.inf, grads, 0.0) - ours  # the row's coordinates
             norms = mapped.norms(grads, index)
             total += mapped.weighted_sum(bound / np.maximum(norms, bound), grads, index)
             if count_clipped:

@@ -119,6 +119,31 @@ def test_every_per_row_function_agrees_with_the_default_backend():
     )
 
 
+@pytest.mark.parametrize("name", ["hierarchical", "banana"])
+def test_the_centred_releases_agree_with_the_default_backend(name):
+    # the centre's clipped gradients, the centred ratio and the centred gradient sum (NumPy on
+    # JAX's read-only outputs for the gathered group parameter, one compiled pass without it)
+    model, default, on_jax = _pair(name, chunk_size=256)
+    rng = np.random.default_rng(5)
+    d = default.ndim
+    theta = default.space.ravel(model.initial_point()) + rng.normal(0, 0.2, d)
+    theta_new = theta + rng.normal(0, 0.05, d)
+    centre = releases.Centre(theta + rng.normal(0, 0.1, d), 1.0, np.eye(d))
+    kept = default.likelihood_coordinates
+    metric = np.eye(kept.sum()) + 0.1 * np.tril(np.ones((kept.sum(), kept.sum())), -1)
+    np.testing.assert_allclose(
+        on_jax.centre_grad_sum(centre), default.centre_grad_sum(centre), rtol=1e-10, atol=1e-10
+    )
+    a = default.clipped_centred_llr_sum(theta, theta_new, centre, 0.5)
+    b = on_jax.clipped_centred_llr_sum(theta, theta_new, centre, 0.5)
+    np.testing.assert_allclose(b.value, a.value, rtol=1e-10, atol=1e-10)
+    for count in (False, True):
+        a = default.clipped_centred_grad_sum(theta, centre, metric, kept, 0.3, count_clipped=count)
+        b = on_jax.clipped_centred_grad_sum(theta, centre, metric, kept, 0.3, count_clipped=count)
+        np.testing.assert_allclose(b.value, a.value, rtol=1e-10, atol=1e-10)
+        assert b.n_clipped == a.n_clipped
+
+
 def test_one_function_per_chunk_length_with_the_lengths_fixed_in_the_graph():
     model = _banana(600, np.random.default_rng(0))
     oracle = RowLikelihood(model, chunk_size=256, backend="JAX", validate=False)
