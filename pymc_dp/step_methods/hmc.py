@@ -55,10 +55,14 @@ _CENTRED_STEP_SIZE = 1.0
 _TARGET_CENTRED_RATIO_NOISE = 1.0
 _TARGET_CENTRED_GRAD_ENERGY = 0.5
 _CENTRED_CHAIN_LENGTH = 500
-#: Effective draws per draw of a centred chain at its target noise (the smallest bulk ESS over
-#: the draws, 4 chains of 500 iterations, on six zoo and survey models at n = 10⁵, ε = 5:
-#: 0.18–0.57, median about 0.45).
-_CENTRED_ESS_PER_DRAW = 0.35
+#: Effective draws per draw of a centred chain at its target noise, per squared trajectory
+#: duration ``(L η)²`` (in posterior sd): the smallest bulk ESS per draw over 4 chains of 500
+#: iterations, ε = 5, divided by ``(L η)²``, was 0.04–0.16 (median 0.12) on eleven zoo and
+#: survey runs, d = 4–54, n = 10⁵–10⁶ (d = 4: ``(L η)² = 4.5``, d = 54: 1.2; a short
+#: trajectory moves about as far as a random walk with that step). 0.08 keeps every one of
+#: those runs at or above half its prediction (the 50-group hierarchy at 1.08; before, a
+#: constant 0.35 per draw put it at 0.30).
+_CENTRED_ESS_PER_SQUARED_DURATION = 0.08
 #: Public Monte Carlo draws for the typical bounds of a trajectory.
 _TYPICAL_SAMPLES = 2000
 
@@ -417,17 +421,20 @@ class DPHMC(CentredSampling, DPStep):
         """A rough count of the effective draws this prepared plan can give (public).
 
         With the centred releases at (or below) their target noise a draw is worth about
-        ``_CENTRED_ESS_PER_DRAW`` effective draws (measured on the zoo's GLMs). A budget that
-        leaves each release ``k > 1`` times its target noise makes dual averaging shorten the
-        step about ``k`` times: the moves become diffusive and each draw is worth about ``k²``
-        times less. ``nan`` without the centred releases or before a plan.
+        ``c (L η)²`` effective draws (at most one), ``L η`` the trajectory's duration in
+        posterior sd and ``c = _CENTRED_ESS_PER_SQUARED_DURATION`` (measured on the zoo).
+        A budget that leaves each release ``k > 1`` times its target noise makes dual
+        averaging shorten the step about ``k`` times: the moves become diffusive and each draw
+        is worth about ``k²`` times less. ``nan`` without the centred releases or before a plan.
         """
         excess = self.noise_excess()
         if not np.isfinite(excess) or self._planned_iterations is None:
             return float("nan")
         chains = self._planned_chains or DEFAULT_CHAINS
         draws = self._planned_iterations - (self._planned_tune or 0)
-        return chains * draws * _CENTRED_ESS_PER_DRAW / max(1.0, excess) ** 2
+        duration = self._centred_step_size() * self.n_steps
+        per_draw = min(1.0, _CENTRED_ESS_PER_SQUARED_DURATION * duration**2)
+        return chains * draws * per_draw / max(1.0, excess) ** 2
 
     def _after_initialization(
         self, start: PrivateStart, chains: int, length: int | None
