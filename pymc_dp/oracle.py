@@ -191,7 +191,7 @@ class _CompactLayout:
     def total(self, values: np.ndarray, index: np.ndarray | None, d: int) -> np.ndarray:
         """``Σ_i v_i`` as a ``d``-vector."""
         out = np.zeros(d)
-        shared = self.shared if index is not None else np.arange(self.first.size)
+        shared = self.shared  # every column when nothing is gathered
         out[self.first[shared]] = values[:, shared].sum(axis=0)
         if index is not None:
             for k in self.gathered:
