@@ -41,11 +41,17 @@ import numpy as np
 import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
-from pytensor.compile.mode import get_default_mode, get_mode
+from pytensor.compile.mode import Mode, get_default_mode, get_mode, optdb
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, equal_computations
+from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import clone_replace
-from pytensor.graph.rewriting.basic import MergeOptimizer, in2out, node_rewriter
+from pytensor.graph.rewriting.basic import (
+    MergeOptimizer,
+    SequentialGraphRewriter,
+    in2out,
+    node_rewriter,
+)
 from pytensor.graph.traversal import ancestors, io_toposort
 from pytensor.tensor.elemwise import Elemwise
 
@@ -54,6 +60,7 @@ from pymc_dp.errors import BackendNotSupportedError, InvalidParameterError
 
 __all__ = [
     "BACKENDS",
+    "RewriteGroup",
     "StaticShapeFunction",
     "backend_from_compile_kwargs",
     "cached_compile",
@@ -247,6 +254,167 @@ def _compile_now(inputs: list[Any], outputs: Any, check_bounds: bool, backend: s
         return fn
 
     return cached_compile(inputs, outputs, build, key=("oracle", check_bounds, backend))
+
+
+# PyTensor's rewrites in the order of their positions in its database: those before this
+# position are the algebra of a graph (canonicalize, stabilize, specialize, the BLAS rewrites,
+# this module's unbatching rewrites), those after it how one function runs (add/mul
+# flattening at 48, this module's reciprocal rewrite, elementwise fusion at 49, in-place
+# operations from 49.5). Both PyTensor 2 and 3 place them so.
+_LATE_REWRITES_FROM = 47.5
+
+
+class _LateMode(Mode):
+    """The default mode's linker with its late rewrites only (:func:`_split_rewrites`).
+
+    What PyTensor derives from the active mode (an inner graph's rewrites: the mode recorded on
+    the graph while it is rewritten, ``including``, ``excluding``, ``requiring``) is the
+    default mode's, so inner graphs are rewritten in full as before; a pickled copy (a
+    compiled function travelling to a worker process) is this module's mode again. Only what
+    ``pytensor.function`` uses is provided (not ``clone`` or ``register``).
+    """
+
+    def __init__(self, full: Mode, late: Any, check_bounds: bool) -> None:
+        super().__init__(linker=full.linker, optimizer=late)
+        self._full = full
+        self._check_bounds = check_bounds
+
+    @property
+    def optimizer(self) -> Any:
+        # PyTensor 3 records the mode a graph is compiled with while its rewrites run, and
+        # rewrites an inner graph (an OpFromGraph, a Scan, an IfElse's branches) with that
+        # mode's whole optimizer: it must be the default mode's, not the late part alone
+        wrap = getattr(pytensor.compile.mode, "_ActiveModeGraphRewriter", None)
+        return self._optimizer if wrap is None else wrap(self._optimizer, self._full)
+
+    def including(self, *tags: str) -> Mode:
+        return self._full.including(*tags)
+
+    def excluding(self, *tags: str) -> Mode:
+        return self._full.excluding(*tags)
+
+    def requiring(self, *tags: str) -> Mode:
+        return self._full.requiring(*tags)
+
+    def __reduce__(self) -> tuple[Any, tuple[bool]]:
+        return _late_mode, (self._check_bounds,)
+
+
+def _late_mode(check_bounds: bool) -> _LateMode:
+    return _split_rewrites(check_bounds)[1]
+
+
+@cache
+def _split_rewrites(check_bounds: bool) -> tuple[Any, _LateMode]:
+    """The default mode's rewrites split at :data:`_LATE_REWRITES_FROM`: the early ones as one
+    rewriter, and a mode with the late ones and the default linker.
+
+    The rewrites are the ones the mode itself would run (on PyTensor 3 its query for the
+    linker, without the BLAS rewrites Numba has no use for), taken from the mode's database.
+    """
+    mode = _mode(check_bounds, None)
+    query = getattr(mode, "_optimizer", mode.provided_optimizer)
+    database = getattr(mode, "optdb", optdb)
+    extra = {id(rewrite): position for rewrite, position in query.extra_rewrites}
+    early, late = [], []
+    for rewrite in database.query(query).data:  # sorted by position
+        position = extra.get(id(rewrite), database.__position__.get(rewrite.name, 0.0))
+        (early if position < _LATE_REWRITES_FROM else late).append(rewrite)
+    return SequentialGraphRewriter(*early), _LateMode(
+        mode, SequentialGraphRewriter(*late), check_bounds
+    )
+
+
+class RewriteGroup:
+    """Functions of one model compiled with their algebra rewritten once, together.
+
+    A step's per-row functions (the log-likelihood, the clipped gradient sum, the compact
+    per-row gradients, the centred passes) are built from the same per-row log-likelihood and
+    gradient graph, and compiling each one through the whole rewrite pipeline rewrites that
+    graph again each time: most of a step's build. Here the graphs of all of them form one
+    ``FunctionGraph`` that the early rewrites (:func:`_split_rewrites`: canonicalisation,
+    stabilisation, specialisation) run on once, when the first of them is compiled; each
+    function is then compiled from its rewritten outputs with the late rewrites only (fusion,
+    in-place operations), so that each is fused for what it computes alone. Each computes what
+    its graph computes, but not always in the form a compilation on its own would choose: a
+    rewrite that looks at a subexpression's other uses sees those of the whole group (rewritten
+    with the log-likelihood, a logistic regression's gradient keeps ``1 − σ(η)``, not
+    ``σ(−η)``). The values agree to rounding at ordinary parameter values (the package's
+    tests: relative 10⁻¹⁰); far out (``|θ|`` in the tens or hundreds) a form may overflow where
+    the other does not (a huge finite gradient against ``±∞`` or NaN), which the clipping
+    treats alike, as it bounds any row. Which functions share a group is therefore chosen
+    by measuring their passes (:class:`~pymc_dp.oracle.RowLikelihood`).
+
+    Only for PyTensor's default backend (``backend=None``); functions are remembered by their
+    original graphs (:func:`cached_compile`), as :func:`compile_function`'s.
+    """
+
+    def __init__(self, graphs: dict[str, tuple[list[Any], Any]], *, check_bounds: bool) -> None:
+        self.graphs = dict(graphs)
+        self.check_bounds = bool(check_bounds)
+        self._rewritten: dict[str, tuple[list[Any], list[Any]]] | None = None
+        self._lock = threading.Lock()
+
+    def compile(self, name: str) -> Any:
+        """The compiled function of graph ``name`` (trusting its inputs, as compile_function's)."""
+        inputs, outputs = self.graphs[name]
+        many = isinstance(outputs, list | tuple)
+
+        def build() -> pytensor.compile.function.types.Function:
+            ins, outs = self._rewritten_graph(name)
+            late = _late_mode(self.check_bounds)
+            fn = pytensor.function(
+                ins, outs if many else outs[0], mode=late, on_unused_input="ignore"
+            )
+            fn.trust_input = True
+            _drop_gufunc_closures(fn.maker.fgraph)
+            return fn
+
+        with without_traces(), gc_paused():
+            # remembered apart from functions compiled alone, and per family: the same graph
+            # may be compiled to another form in another company (below)
+            key = ("oracle", self.check_bounds, None, "group", tuple(self.graphs))
+            return cached_compile(list(inputs), outputs, build, key=key)
+
+    def _rewritten_graph(self, name: str) -> tuple[list[Any], list[Any]]:
+        with self._lock:
+            if self._rewritten is None:
+                self._rewritten = self._rewrite()
+        return self._rewritten[name]
+
+    def _rewrite(self) -> dict[str, tuple[list[Any], list[Any]]]:
+        inputs: dict[Any, None] = {}
+        outputs: list[Any] = []
+        for ins, outs in self.graphs.values():
+            inputs.update(dict.fromkeys(ins))
+            outputs.extend(outs if isinstance(outs, list | tuple) else [outs])
+        # the inputs cloned (the group's own graph); the shared variables (PyMC's data and
+        # dimension lengths, fixed values) kept, so that the functions read, and are
+        # remembered by, them: inputs of the graph, as a FunctionGraph has no other leaves
+        shared = _shared_leaves(io_toposort(list(inputs), outputs))
+        fgraph = FunctionGraph([*inputs, *shared], outputs, clone=True, memo={v: v for v in shared})
+        early, late = _split_rewrites(self.check_bounds)
+        # PyTensor 3's rewrites read the compile target (the linker) from the graph, as the
+        # mode's own optimizer sets it while it rewrites
+        fgraph._compile_mode = late._full
+        try:
+            early.rewrite(fgraph)
+        finally:
+            del fgraph._compile_mode
+        new_input = dict(zip(inputs, fgraph.inputs[: len(inputs)], strict=True))
+        rewritten, start = {}, 0
+        for name, (ins, outs) in self.graphs.items():
+            count = len(outs) if isinstance(outs, list | tuple) else 1
+            rewritten[name] = ([new_input[v] for v in ins], fgraph.outputs[start : start + count])
+            start += count
+        return rewritten
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a copy (pm.sample's workers) rewrites again if it compiles a function of the group
+        return {**self.__dict__, "_rewritten": None, "_lock": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
 
 
 #: The process in which the oracle first started JAX (JAX's runtime starts threads there; a

@@ -153,9 +153,9 @@ def test_the_centred_pass_is_compiled_when_the_release_is_built_not_in_the_chain
     base = RowLikelihood(SPEC.model(SPEC.simulate(300, np.random.default_rng(6))))
     assert base._f_centred is None  # a new oracle compiles it only when asked
     compiled = []
-    original = RowLikelihood._compile
+    original = RowLikelihood._compile_graph
     monkeypatch.setattr(
-        RowLikelihood, "_compile", lambda self, *a: compiled.append(a) or original(self, *a)
+        RowLikelihood, "_compile_graph", lambda self, *a: compiled.append(a) or original(self, *a)
     )
     release = _release(PrivateChannel(base, NoiseSource(5)))
     assert len(compiled) == 1 and base._f_centred is not None
