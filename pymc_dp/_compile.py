@@ -241,19 +241,26 @@ def compile_function(
         return _compile_now(list(inputs), outputs, bool(check_bounds), None)
 
 
+def _trusting_function(inputs: list[Any], outputs: Any, mode: Any, **kwargs: Any) -> Any:
+    """``pytensor.function`` with its per-call input checks off (the callers pass arrays of
+    the placeholders' dtypes and shapes), ready to pickle."""
+    fn = pytensor.function(inputs, outputs, mode=mode, **kwargs)
+    fn.trust_input = True
+    # Constant folding may have run a Blockwise of the original graph, which keeps a closure
+    # on its node's tag; the function pickles that graph too (pm.sample's worker processes),
+    # and a closure does not pickle. The folded result is already compiled.
+    _drop_gufunc_closures(fn.maker.fgraph)
+    return fn
+
+
 def _compile_now(inputs: list[Any], outputs: Any, check_bounds: bool, backend: str | None) -> Any:
     mode = _mode(check_bounds, backend)
-
-    def build() -> pytensor.compile.function.types.Function:
-        fn = pytensor.function(inputs, outputs, mode=mode)
-        fn.trust_input = True
-        # Constant folding may have run a Blockwise of the original graph, which keeps a
-        # closure on its node's tag; the function pickles that graph too (pm.sample's worker
-        # processes), and a closure does not pickle. The folded result is already compiled.
-        _drop_gufunc_closures(fn.maker.fgraph)
-        return fn
-
-    return cached_compile(inputs, outputs, build, key=("oracle", check_bounds, backend))
+    return cached_compile(
+        inputs,
+        outputs,
+        lambda: _trusting_function(inputs, outputs, mode),
+        key=("oracle", check_bounds, backend),
+    )
 
 
 # PyTensor's rewrites in the order of their positions in its database: those before this
@@ -363,12 +370,9 @@ class RewriteGroup:
         def build() -> pytensor.compile.function.types.Function:
             ins, outs = self._rewritten_graph(name)
             late = _late_mode(self.check_bounds)
-            fn = pytensor.function(
-                ins, outs if many else outs[0], mode=late, on_unused_input="ignore"
+            return _trusting_function(
+                ins, outs if many else outs[0], late, on_unused_input="ignore"
             )
-            fn.trust_input = True
-            _drop_gufunc_closures(fn.maker.fgraph)
-            return fn
 
         with without_traces(), gc_paused():
             # remembered apart from functions compiled alone, and per family: the same graph
