@@ -522,6 +522,8 @@ class CentredGradientRelease(_CentredRelease):
         if not space.in_support(theta):
             return Release(np.full(space.ndim, np.nan), 0.0, 0 if self.count_clipped else None)
         bound = self.bound(theta)
+        if not np.isfinite(bound):  # a trajectory diverged beyond float range: as off support
+            return Release(np.full(space.ndim, np.nan), 0.0, 0 if self.count_clipped else None)
         self._record()  # checked against the reservation before the data are read
         t = self.temperature
         value = self.centre_gradient.copy()

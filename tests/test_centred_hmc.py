@@ -146,6 +146,20 @@ def test_the_centred_gradient_release_is_refused_before_reading_when_not_reserve
     assert channel.reads == reads
 
 
+def test_a_point_whose_bound_overflows_is_a_divergence_that_reads_nothing():
+    # a diverging leapfrog can reach a θ so far out that the clip B = h‖W⁻¹(θ − θ_c)‖ is
+    # infinite; the release then has no finite noise: NaN (a divergence), nothing read or spent
+    base, _ = neighbouring_oracles(31)
+    channel = PrivateChannel(base, NoiseSource(5))
+    release = _release(channel)
+    far = np.array([1e308, -1e308])
+    assert not np.isfinite(release.bound(far))
+    reads = channel.reads
+    out = release(far)
+    assert np.isnan(out.value).all()
+    assert channel.reads == reads and channel.counter.released[release.event] == 0
+
+
 def run_centred_hmc(linear_term: bool, iterations: int, seed: int = 2):
     """A dense-metric DP-HMC chain on the centred releases, the centre 3 sd off the mode."""
     oracle, mean, sd = gaussian_setup()
