@@ -53,6 +53,7 @@ from pytensor.graph.replace import clone_replace, vectorize_graph
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
+from pytensor.tensor.basic import Alloc
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type import integer_dtypes
 
@@ -402,6 +403,35 @@ def _drop_specify_shape(fgraph: Any, node: Any) -> list[Variable] | None:
 def _inline_op_from_graph(fgraph: Any, node: Any) -> list[Variable]:
     """Expand an ``OpFromGraph`` (PyTensor 3's ``logsumexp``...): its output types are fixed."""
     return inline_ofg_node(node)
+
+
+def _resized_rows_shape(
+    var: Variable, n: int, m: Variable, rows: list[Variable]
+) -> Variable | None:
+    """``var`` made with ``m`` rows where a public ``Alloc`` gives it ``n``.
+
+    The canonical likelihood is rewritten with placeholders of the true length ``n``, so a
+    shape read from the rows (``X.shape[0]``) is folded to the constant ``n``: an array built
+    with it must follow the rows when they are resized. Only where the shape argument along the
+    first axis is the constant ``n`` and its fill value and other lengths do not read the rows
+    (``None`` otherwise: the graph is left as it is).
+    """
+    node = var.owner
+    if isinstance(node.op, Alloc):
+        value, first, *rest = node.inputs
+        if not _is_constant(first, n) or _reads(rows, [value, *rest]):
+            return None
+        return pt.alloc(value, m, *rest)
+    return None
+
+
+def _is_constant(var: Variable, value: int) -> bool:
+    return isinstance(var, pt.TensorConstant) and var.data.ndim == 0 and int(var.data) == value
+
+
+def _reads(rows: list[Variable], graphs: list[Variable]) -> bool:
+    found = set(ancestors(graphs))
+    return any(r in found for r in rows)
 
 
 def _row_name(var: Variable) -> str:
@@ -804,20 +834,31 @@ class RowLikelihood:
 
         The canonical graph may hold the row positions ``0 … n−1`` as a constant (folded from
         ``arange(n)``, e.g. ``p[arange(n), y]`` in an ordinal likelihood); it becomes
-        ``arange(m)`` of the new rows, in the same layout.
+        ``arange(m)`` of the new rows, in the same layout; likewise an array the likelihood
+        makes with ``n`` rows from public values (``pt.zeros((X.shape[0], 1))``, folded to
+        ``Alloc(0, n, 1)``) is made with ``m`` (:func:`_resized_rows_shape`).
+        A constant that was not the row count is caught by the validation, which compares the
+        values with PyMC's.
         """
         replacements: dict[Variable, Variable] = dict(zip(fixed, new, strict=True))
         n, m = self.n_rows, new[0].shape[0]
+        if n < 2:
+            return replacements
         positions = np.arange(n)
         for var in ancestors(terms):
-            if var.owner is not None or not isinstance(var, pt.TensorConstant):
+            if var.owner is None:
+                if not isinstance(var, pt.TensorConstant):
+                    continue
+                data = var.data
+                if data.dtype.kind not in "iu" or data.ndim == 0 or data.shape[0] != n:
+                    continue
+                if data.size == n and np.array_equal(data.ravel(), positions):
+                    rows = pt.arange(m, dtype=data.dtype)
+                    replacements[var] = pt.shape_padright(rows, data.ndim - 1)
                 continue
-            data = var.data
-            if data.dtype.kind not in "iu" or data.ndim == 0 or data.shape[0] != n or n < 2:
-                continue
-            if data.size == n and np.array_equal(data.ravel(), positions):
-                rows = pt.arange(m, dtype=data.dtype)
-                replacements[var] = pt.shape_padright(rows, data.ndim - 1)
+            resized = _resized_rows_shape(var, n, m, fixed)
+            if resized is not None:
+                replacements[var] = resized
         return replacements
 
     def _lik_value_vars(self, ell: Variable) -> list[Variable]:

@@ -64,6 +64,52 @@ def test_sums_match_pymc(name, method):
     )
 
 
+def _row_shaped_array_model(form: str):
+    """A likelihood that builds an array with one entry per row from public values."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    rng = np.random.default_rng(3)
+    n = 240
+    X = rng.normal(size=(n, 2))
+    with pm.Model() as model:
+        X_data = pm.Data("X", X)
+        beta = pm.Normal("beta", 0, 1, shape=(2, 2))
+        if form == "zeros column, X.shape[0]":  # a multinomial logit's reference category
+            eta = pt.concatenate([pt.zeros((X_data.shape[0], 1)), X_data @ beta], axis=1)
+            pm.Categorical("y", logit_p=eta, observed=rng.integers(0, 3, n))
+        elif form == "zeros column, a Python int":
+            eta = pt.concatenate([pt.zeros((n, 1)), X_data @ beta], axis=1)
+            pm.Categorical("y", logit_p=eta, observed=rng.integers(0, 3, n))
+        else:  # "ones(n) times a parameter"
+            a = pm.Normal("a", 0, 1)
+            mu = pt.ones(X_data.shape[0]) * a + (X_data @ beta).sum(axis=1)
+            pm.Normal("y", mu, 1.0, observed=rng.normal(size=n))
+    return model
+
+
+@pytest.mark.parametrize("method", ["vectorize", "jacobian"])
+@pytest.mark.parametrize(
+    "form",
+    ["zeros column, X.shape[0]", "zeros column, a Python int", "ones(n) times a parameter"],
+)
+def test_an_array_made_with_the_row_count_follows_the_rows(form, method):
+    # Rewritten with placeholders of the true length, X.shape[0] folds to the constant n: such
+    # an array (pt.zeros((X.shape[0], 1))) must be made with the rows a pass reads. It used to
+    # fail the build (ModelNotSupportedError, or CoupledRowsError for the last form).
+    model = _row_shaped_array_model(form)
+    oracle = RowLikelihood(model, gradient_method=method)
+    theta = random_theta(oracle, seed=4)
+    point = pymc_point(oracle, theta)
+    expected = model.compile_logp(vars=model.observed_RVs, sum=False)(point)[0]
+    np.testing.assert_allclose(oracle.loglik_rows(theta), expected, rtol=1e-10)
+    rows = np.array([5, 17, 200])
+    np.testing.assert_allclose(oracle.loglik_rows(theta, rows=rows), expected[rows], rtol=1e-10)
+    dlogp = model.compile_dlogp()(point)
+    grad = oracle.grad_sum(theta) + oracle.space.logprior_grad(theta)
+    np.testing.assert_allclose(grad, dlogp, rtol=1e-8, atol=1e-8)
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_per_row_gradients_match_finite_differences(name):
     oracle = built(name, "vectorize")

@@ -440,6 +440,169 @@ def _mixture_build(data: dict[str, np.ndarray]) -> pm.Model:
     return model
 
 
+# ---------------------------------------------------------------- more GLMs and likelihoods
+# Written as PyMC's docs write them, with two standard-normal covariates (or one), beside the
+# zoo's own: aggregated binomial counts, a Gamma GLM, a right-censored Weibull survival model,
+# a Beta regression, a multinomial logit, a zero-inflated Poisson and a log-normal regression.
+
+_BINOMIAL = {"alpha": -0.5, "beta": np.array([0.8, -0.4])}
+
+
+def _binomial_simulate(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    X = _design(n, 2, rng)
+    trials = rng.integers(1, 21, size=n)
+    p = 1.0 / (1.0 + np.exp(-(_BINOMIAL["alpha"] + X @ _BINOMIAL["beta"])))
+    return {"X": X, "trials": trials.astype("int64"), "y": rng.binomial(trials, p)}
+
+
+def _binomial_build(data: dict[str, np.ndarray]) -> pm.Model:
+    coords = _obs_coords(len(data["y"]), predictor=_PREDICTORS[:2])
+    with pm.Model(coords=coords) as model:
+        X = pm.Data("X", data["X"], dims=("obs_id", "predictor"))
+        trials = pm.Data("trials", data["trials"], dims="obs_id")
+        alpha = pm.Normal("alpha", mu=0, sigma=2.5)
+        beta = pm.Normal("beta", mu=0, sigma=2.5, dims="predictor")
+        logit_p = alpha + pm.math.dot(X, beta)
+        pm.Binomial("y", n=trials, logit_p=logit_p, observed=data["y"], dims="obs_id")
+    return model
+
+
+_GAMMA = {"intercept": 0.5, "slope": 0.3, "shape": 3.0}
+
+
+def _gamma_simulate(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(size=n)
+    mu = np.exp(_GAMMA["intercept"] + _GAMMA["slope"] * x)
+    return {"x": x, "y": rng.gamma(_GAMMA["shape"], mu / _GAMMA["shape"])}
+
+
+def _gamma_build(data: dict[str, np.ndarray]) -> pm.Model:
+    with pm.Model(coords=_obs_coords(len(data["y"]))) as model:
+        x = pm.Data("x", data["x"], dims="obs_id")
+        intercept = pm.Normal("intercept", mu=0, sigma=1)
+        slope = pm.Normal("slope", mu=0, sigma=1)
+        shape = pm.HalfNormal("shape", sigma=5)
+        mu = pm.math.exp(intercept + slope * x)
+        pm.Gamma("y", alpha=shape, beta=shape / mu, observed=data["y"], dims="obs_id")
+    return model
+
+
+_WEIBULL = {"intercept": 1.0, "slope": 0.4, "k": 1.5}
+_CENSOR_AT = 5.0
+
+
+def _weibull_simulate(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(size=n)
+    scale = np.exp(_WEIBULL["intercept"] + _WEIBULL["slope"] * x)
+    t = scale * rng.weibull(_WEIBULL["k"], size=n)
+    return {"x": x, "y": np.minimum(t, _CENSOR_AT)}
+
+
+def _weibull_build(data: dict[str, np.ndarray]) -> pm.Model:
+    """Survival times right-censored at a public end of follow-up (PyMC's censored survival
+    examples write it with ``pm.Censored``)."""
+    with pm.Model(coords=_obs_coords(len(data["y"]))) as model:
+        x = pm.Data("x", data["x"], dims="obs_id")
+        intercept = pm.Normal("intercept", mu=0, sigma=2)
+        slope = pm.Normal("slope", mu=0, sigma=2)
+        k = pm.Gamma("k", alpha=2, beta=1)
+        latent = pm.Weibull.dist(alpha=k, beta=pm.math.exp(intercept + slope * x))
+        pm.Censored("y", latent, lower=None, upper=_CENSOR_AT, observed=data["y"], dims="obs_id")
+    return model
+
+
+_BETA = {"intercept": 0.2, "slope": 0.6, "kappa": 8.0}
+
+
+def _beta_simulate(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(size=n)
+    mu = 1.0 / (1.0 + np.exp(-(_BETA["intercept"] + _BETA["slope"] * x)))
+    y = rng.beta(mu * _BETA["kappa"], (1 - mu) * _BETA["kappa"])
+    return {"x": x, "y": np.clip(y, 1e-6, 1 - 1e-6)}
+
+
+def _beta_build(data: dict[str, np.ndarray]) -> pm.Model:
+    with pm.Model(coords=_obs_coords(len(data["y"]))) as model:
+        x = pm.Data("x", data["x"], dims="obs_id")
+        intercept = pm.Normal("intercept", mu=0, sigma=1.5)
+        slope = pm.Normal("slope", mu=0, sigma=1.5)
+        kappa = pm.Exponential("kappa", 0.1)
+        mu = pm.math.invlogit(intercept + slope * x)
+        pm.Beta("y", mu=mu, nu=kappa, observed=data["y"], dims="obs_id")
+    return model
+
+
+_CATEGORIES = ["a", "b", "c"]
+_CATEGORICAL = {
+    "alpha": np.array([0.3, -0.2]),
+    "beta": np.array([[0.5, -0.3], [-0.4, 0.8]]),  # predictor × (category b, c)
+}
+
+
+def _categorical_simulate(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    X = _design(n, 2, rng)
+    eta = np.column_stack([np.zeros(n), _CATEGORICAL["alpha"] + X @ _CATEGORICAL["beta"]])
+    p = np.exp(eta - eta.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    y = (rng.random(n)[:, None] > p.cumsum(axis=1)).sum(axis=1)
+    return {"X": X, "y": np.minimum(y, len(_CATEGORIES) - 1).astype("int64")}
+
+
+def _categorical_build(data: dict[str, np.ndarray]) -> pm.Model:
+    """A multinomial logit, the first category the reference (its coefficients fixed at 0)."""
+    coords = _obs_coords(len(data["y"]), predictor=_PREDICTORS[:2], category=_CATEGORIES[1:])
+    with pm.Model(coords=coords) as model:
+        X = pm.Data("X", data["X"], dims=("obs_id", "predictor"))
+        alpha = pm.Normal("alpha", mu=0, sigma=2, dims="category")
+        beta = pm.Normal("beta", mu=0, sigma=2, dims=("predictor", "category"))
+        eta = alpha + pm.math.dot(X, beta)
+        logit_p = pm.math.concatenate([pm.math.zeros((X.shape[0], 1)), eta], axis=1)
+        pm.Categorical("y", logit_p=logit_p, observed=data["y"], dims="obs_id")
+    return model
+
+
+_ZIP = {"intercept": 0.8, "slope": 0.5, "psi": 0.7}
+
+
+def _zip_simulate(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(size=n)
+    counts = rng.poisson(np.exp(_ZIP["intercept"] + _ZIP["slope"] * x))
+    structural_zero = rng.random(n) >= _ZIP["psi"]  # psi: the probability of the Poisson part
+    return {"x": x, "y": np.where(structural_zero, 0, counts).astype("int64")}
+
+
+def _zip_build(data: dict[str, np.ndarray]) -> pm.Model:
+    with pm.Model(coords=_obs_coords(len(data["y"]))) as model:
+        x = pm.Data("x", data["x"], dims="obs_id")
+        intercept = pm.Normal("intercept", mu=0, sigma=2)
+        slope = pm.Normal("slope", mu=0, sigma=2)
+        psi = pm.Beta("psi", alpha=1, beta=1)
+        mu = pm.math.exp(intercept + slope * x)
+        pm.ZeroInflatedPoisson("y", psi=psi, mu=mu, observed=data["y"], dims="obs_id")
+    return model
+
+
+_LOGNORMAL = {"alpha": 1.0, "beta": np.array([0.2, -0.1, 0.3]), "sigma": 0.7}
+
+
+def _lognormal_simulate(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    X = _design(n, 3, rng)
+    log_y = _LOGNORMAL["alpha"] + X @ _LOGNORMAL["beta"] + _LOGNORMAL["sigma"] * rng.normal(size=n)
+    return {"X": X, "y": np.exp(log_y)}
+
+
+def _lognormal_build(data: dict[str, np.ndarray]) -> pm.Model:
+    coords = _obs_coords(len(data["y"]), predictor=_PREDICTORS)
+    with pm.Model(coords=coords) as model:
+        X = pm.Data("X", data["X"], dims=("obs_id", "predictor"))
+        alpha = pm.Normal("alpha", mu=0, sigma=5)
+        beta = pm.Normal("beta", mu=0, sigma=1, dims="predictor")
+        sigma = pm.HalfCauchy("sigma", beta=2)
+        mu = alpha + pm.math.dot(X, beta)
+        pm.LogNormal("y", mu=mu, sigma=sigma, observed=data["y"], dims="obs_id")
+    return model
+
+
 ZOO: dict[str, ZooModel] = {
     m.name: m
     for m in [
@@ -529,6 +692,55 @@ ZOO: dict[str, ZooModel] = {
             _mixture_simulate,
             _mixture_build,
             _MIXTURE,
+        ),
+        ZooModel(
+            "binomial",
+            "Binomial regression (aggregated counts of 1-20 trials, logit link)",
+            _binomial_simulate,
+            _binomial_build,
+            _BINOMIAL,
+        ),
+        ZooModel(
+            "gamma",
+            "Gamma regression (log link, shape ~ HalfNormal)",
+            _gamma_simulate,
+            _gamma_build,
+            _GAMMA,
+        ),
+        ZooModel(
+            "weibull_censored",
+            "Weibull survival, right-censored (pm.Censored, log link)",
+            _weibull_simulate,
+            _weibull_build,
+            _WEIBULL,
+        ),
+        ZooModel(
+            "beta",
+            "Beta regression (mean-precision, logit link)",
+            _beta_simulate,
+            _beta_build,
+            _BETA,
+        ),
+        ZooModel(
+            "categorical",
+            "Multinomial logit (Categorical, 3 categories)",
+            _categorical_simulate,
+            _categorical_build,
+            _CATEGORICAL,
+        ),
+        ZooModel(
+            "zero_inflated_poisson",
+            "Zero-inflated Poisson regression (log link)",
+            _zip_simulate,
+            _zip_build,
+            _ZIP,
+        ),
+        ZooModel(
+            "lognormal",
+            "Log-normal regression (HalfCauchy scale)",
+            _lognormal_simulate,
+            _lognormal_build,
+            _LOGNORMAL,
         ),
     ]
 }

@@ -43,6 +43,13 @@ EXPECTED_D = {
     "ordinal": 5,
     "ordinal_no_p": 5,
     "mixture": 5,
+    "binomial": 3,
+    "gamma": 3,
+    "weibull_censored": 3,
+    "beta": 3,
+    "categorical": 6,
+    "zero_inflated_poisson": 3,
+    "lognormal": 5,
 }
 # models pymc_dp refuses as PyMC's docs write them: the error and a phrase of its message
 REFUSED = {"ordinal": (pymc_dp.PrivacyLeakError, "compute_p=False")}
