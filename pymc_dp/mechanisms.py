@@ -210,6 +210,12 @@ class PrivateChannel:
         return self._oracle.fisher_pattern.copy()
 
     @property
+    def likelihood_flat_directions(self) -> np.ndarray:
+        """``d × k`` orthonormal directions of ``θ`` along which no row's log-likelihood
+        changes, for any data (an intercept beside free group offsets); public: the graph."""
+        return self._oracle.likelihood_flat_directions.copy()
+
+    @property
     def row_blocks(self) -> np.ndarray | None:
         """The coordinates of ``θ`` each group's rows read (``(groups, m)``), where every
         gathered variable is read at one grouping; ``None`` otherwise (public: the graph)."""
@@ -504,12 +510,28 @@ class CentredGradientRelease(_CentredRelease):
     parameter ``1/(2z²)``. A clipped difference only changes an HMC proposal, never its target
     (the ratio test decides). At the centre itself (``B = 0``) nothing is read: ``T Ĝ``.
     ``noise_std`` is ``T σ`` in the metric's coordinates. Outside the support: NaN, nothing
-    read or released.
+    read or released. Along the likelihood's flat directions
+    (:attr:`PrivateChannel.likelihood_flat_directions`) every difference is 0: the noisy part
+    is returned conditioned on that (:func:`conditioned_on_flat`; ``noise_std`` then bounds
+    its noise).
     """
 
     def __init__(self, channel: PrivateChannel, **options: Any) -> None:
         super().__init__(channel, **options)
         self.marginal = marginal_metric(self.metric, self.likelihood_coordinates)
+        # the difference sum is 0 along the likelihood's flat directions N for every dataset:
+        # the noise there is known, and the release is conditioned on it
+        # (conditioned_on_flat, with C = W_L⁻ᵀ W_L⁻¹ σ²: less S (NᵀS)⁻¹ Nᵀ x, S = C N / σ²,
+        # rank k, so kept as the two factors)
+        flat = channel.likelihood_flat_directions[self.likelihood_coordinates]
+        self._flat_correction = None
+        if flat.size:
+            spread = scipy.linalg.solve_triangular(
+                self.marginal.T,
+                scipy.linalg.solve_triangular(self.marginal, flat, lower=True),
+                lower=False,
+            )
+            self._flat_correction = (spread, np.linalg.solve(flat.T @ spread, flat.T))
         self._oracle.compile_centred_grad()  # every call makes that pass: before the chain
         self._finish()
 
@@ -536,7 +558,11 @@ class CentredGradientRelease(_CentredRelease):
         sigma = self.noise_multiplier * 2.0 * bound
         noisy = self.channel.noise.release(clipped.value, sigma)
         # W_L⁻ᵀ: back from the metric's coordinates (post-processing)
-        value[kept] += scipy.linalg.solve_triangular(self.marginal.T, noisy, lower=False)
+        difference = scipy.linalg.solve_triangular(self.marginal.T, noisy, lower=False)
+        if self._flat_correction is not None:
+            spread, gain = self._flat_correction
+            difference = difference - spread @ (gain @ difference)
+        value[kept] += difference
         return Release(t * value, t * sigma, clipped.n_clipped)
 
 
@@ -556,7 +582,10 @@ class GradientRelease(_NoisySum):
 
     Coordinates the likelihood does not read (:attr:`PrivateChannel.likelihood_coordinates`,
     public) come back as exactly 0: the sum is 0 there for every dataset, and the noise drawn
-    there is independent of the other coordinates' (post-processing).
+    there is independent of the other coordinates' (post-processing). Along the likelihood's
+    flat directions (:attr:`PrivateChannel.likelihood_flat_directions`) the sum is 0 too, and
+    the release is conditioned on it (:func:`conditioned_on_flat`, noise variances
+    ``σ² D⁻²``; ``noise_std`` then bounds the noise).
     """
 
     def __init__(
@@ -578,6 +607,7 @@ class GradientRelease(_NoisySum):
         self.grad_clip = float(grad_clip)
         self.precond = None if precond is None else self._oracle._precond(precond).copy()
         self.likelihood_coordinates = channel.likelihood_coordinates
+        self.flat = channel.likelihood_flat_directions
         self._finish()
 
     def __call__(self, theta: np.ndarray) -> Release:
@@ -597,6 +627,9 @@ class GradientRelease(_NoisySum):
         # along coordinates the likelihood does not read the sum is 0 for every dataset: what
         # was released there is noise alone, independent of the rest (post-processing)
         value = np.where(self.likelihood_coordinates, value, 0.0)
+        # along the likelihood's flat directions too (an intercept beside free group offsets)
+        scale = None if self.precond is None else self.precond**-2.0  # the noise's variances
+        value = conditioned_on_flat(value, scale, self.flat)[0]
         return Release(t * value, t * sigma, clipped.n_clipped)
 
 
@@ -618,7 +651,9 @@ class CentreGradientRelease(_GaussianMechanism):
     whose noise has the conditional covariance ``C_LL − C_LN C_NN⁻¹ C_NL`` and none along
     ``N`` (:attr:`noise_covariance`). Without that, a centred hierarchy's ``μ_a`` and ``σ_a``
     took ``Ĝ``'s noise for the likelihood's gradient, and the centring's Newton steps moved
-    them tens of posterior sds away.
+    them tens of posterior sds away. Likewise along the likelihood's flat directions
+    (:attr:`PrivateChannel.likelihood_flat_directions`: ``nᵀ Σ_i ĝ_i = 0``;
+    :func:`conditioned_on_flat`).
     """
 
     def __init__(self, channel: PrivateChannel, *, centre: Centre, noise_multiplier: float) -> None:
@@ -630,6 +665,7 @@ class CentreGradientRelease(_GaussianMechanism):
         )
         self.noise_multiplier = float(noise_multiplier)
         self.likelihood_coordinates = channel.likelihood_coordinates
+        self.flat = channel.likelihood_flat_directions
         self._finish()
 
     @property
@@ -647,7 +683,10 @@ class CentreGradientRelease(_GaussianMechanism):
         """``P⁻¹ released`` and its noise covariance, conditioned on the known zeros."""
         inverse = np.linalg.inv(self.centre.whitening)
         covariance = self.noise_std**2 * inverse @ inverse.T
-        return conditioned_on_zeros(inverse @ released, covariance, self.likelihood_coordinates)
+        value, covariance = conditioned_on_zeros(
+            inverse @ released, covariance, self.likelihood_coordinates
+        )
+        return conditioned_on_flat(value, covariance, self.flat)
 
     def __call__(self) -> Release:
         if not self.channel.space.in_support(self.centre.theta):
@@ -682,6 +721,37 @@ def conditioned_on_zeros(
     block = covariance[np.ix_(kept, kept)] - weights @ cross.T
     conditional[np.ix_(kept, kept)] = 0.5 * (block + block.T)
     return value, conditional
+
+
+def conditioned_on_flat(
+    value: np.ndarray, covariance: np.ndarray | None, flat: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """A Gaussian release ``x + ξ``, ``ξ ~ N(0, C)``, of an ``x`` known to have ``Nᵀx = 0``.
+
+    ``N`` (``flat``, ``d × k``): the likelihood's flat directions
+    (:attr:`PrivateChannel.likelihood_flat_directions`), along which every row's gradient, so
+    any sum of them, is zero for every dataset. ``Nᵀ(x + ξ) = Nᵀξ`` is then known noise, and
+    ``ξ | Nᵀξ`` has mean ``C N (NᵀCN)⁻¹ Nᵀξ`` and covariance ``C − C N (NᵀCN)⁻¹ NᵀC``: the
+    release less that mean, and that covariance, are returned (post-processing).
+    ``covariance`` ``None`` stands for ``I`` (white noise; the covariance returned is then
+    ``None`` too), a vector for a diagonal one.
+    """
+    value = np.array(value, dtype=float)
+    if flat is None or np.size(flat) == 0:
+        return value, covariance
+    flat = np.asarray(flat, dtype=float)
+    if covariance is None:
+        spread = flat
+    elif np.ndim(covariance) == 1:
+        spread = np.asarray(covariance, dtype=float)[:, None] * flat
+    else:
+        spread = np.asarray(covariance, dtype=float) @ flat  # C N
+    gain = np.linalg.solve(flat.T @ spread, flat.T)  # (NᵀCN)⁻¹ Nᵀ
+    value = value - spread @ (gain @ value)
+    if covariance is None or np.ndim(covariance) == 1:
+        return value, None
+    conditional = np.asarray(covariance, dtype=float) - spread @ gain @ covariance
+    return value, 0.5 * (conditional + conditional.T)
 
 
 class FisherRelease(_GaussianMechanism):

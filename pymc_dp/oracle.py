@@ -1083,6 +1083,7 @@ class RowLikelihood:
             groups=np.array([size for _, size in group_index], dtype=np.int64),
         )
         self._f_compact = None
+        self._flat: np.ndarray | None = None  # likelihood_flat_directions, on first use
         layout = self._compact_layout
         shared_first = layout.first[layout.shared]
 
@@ -1252,6 +1253,7 @@ class RowLikelihood:
         """Set the free variables held fixed (not in ``vars``); forgets cached per-row values."""
         self.space.set_fixed_values(point)
         self.clear_cache()  # per-row values depend on the fixed values
+        self._flat = None  # and which directions are flat may too (s·a + b at s = 1)
 
     def clear_cache(self) -> None:
         """Forget the per-row log-likelihoods kept for the ratio (call when public data change)."""
@@ -1776,6 +1778,114 @@ class RowLikelihood:
         theta = self.space.as_theta(theta)
         parts = [self._grad_rows_chunk(theta, chunk) for chunk in self._chunks(rows, True)]
         return _joined(parts, (0, self.ndim))
+
+    @property
+    def likelihood_flat_directions(self) -> np.ndarray:
+        """``d × k`` orthonormal directions of ``θ`` along which no row's log-likelihood
+        changes, for any data: an intercept beside free group offsets (``a + b[g]``) along
+        ``a + c, b − c``. Public: found from the graph (:meth:`_flat_directions`), computed
+        once."""
+        if self._flat is None:
+            self._flat = self._flat_directions()
+        return self._flat
+
+    def _flat_directions(self) -> np.ndarray:
+        """Two columns of the compact per-row gradient that are the same function of ``θ`` and
+        the row (the gradients by ``a`` and by ``b[g_i]`` of ``ℓ(a + b[g_i], …)``) make every
+        row's gradient orthogonal to the difference of the coordinates they sit at: ``e_a −
+        Σ_j e_{b_j}`` (two shared columns: ``e_k − e_l``; two gathered at one index: one
+        direction per group; at two indices: ``Σ_j e_{b_j} − Σ_j e_{c_j}``).
+
+        The columns are compared on **made-up rows** (no data is read): floats, in each row,
+        uniform in ``(0.1, 0.9)`` or of either sign and a magnitude from ``10⁻²`` to ``10²``
+        (half each); integers ``0`` or ``1`` (only ``0`` when a group-indexed variable has
+        one group: an index must stay in range, since PyTensor's Numba backend does not check
+        it); at two random points near PyMC's initial point. Two columns are paired where they
+        agree to ``10⁻¹⁰`` relative on every made-up row on which the gradient is finite (at
+        least 32). Nothing is found when a column is zero on all of them (the made-up rows do
+        not exercise the model, e.g. a branch ``switch(age >= 18, a, b)`` on small integers),
+        so a pair is one expression of the rows the model sees; a branch whose other side
+        only rescales columns (``switch(k >= 2, a + 2b, a + b)``) is not caught. A wrong pair
+        gives ``Σ̂`` the prior's width along that direction and drops the gradient releases'
+        part there (post-processing: never what is released or spent). Only for PyTensor's
+        default backend (``(d, 0)`` otherwise, and when nothing is found).
+        """
+        d = self.ndim
+        none = np.zeros((d, 0))
+        layout = self._compact_layout
+        columns = layout.first.size
+        if self.backend is not None or columns < 2:
+            return none
+        rng = np.random.default_rng(20240919)  # public
+        high = 2 if layout.groups.size == 0 else int(min(2, layout.groups.min()))
+        m = 256
+        rows = []
+        for r in self._rows:  # only the inputs' shapes and types: no value of the data
+            shape = (m, 1, *r.data.shape[1:]) if self._single_row_axis else (m, *r.data.shape[1:])
+            dtype = r.data.dtype
+            if dtype.kind == "f":
+                wide = rng.choice([-1.0, 1.0], shape) * 10.0 ** rng.uniform(-2.0, 2.0, shape)
+                narrow = rng.uniform(0.1, 0.9, shape)
+                rows.append(np.where(rng.random(shape) < 0.5, narrow, wide).astype(dtype))
+            elif dtype.kind == "b":
+                rows.append(rng.random(shape) < 0.5)
+            else:
+                rows.append(rng.integers(0, max(high, 1), shape).astype(dtype))
+        start = self.space.ravel(self._initial_point)
+        found = []
+        try:
+            fn = self._compact_fn()
+            for _ in range(2):
+                with np.errstate(all="ignore"):
+                    values, *indices = fn(start + rng.normal(0.0, 0.1, d), *rows)
+                for index, groups in zip(indices, layout.groups, strict=True):
+                    index = np.asarray(index)
+                    if index.size and (index.min() < -groups or index.max() >= groups):
+                        return none
+                found.append(np.asarray(values, dtype=float))
+        except Exception:  # made-up rows this model cannot evaluate: nothing found
+            return none
+        both = np.concatenate(found, axis=0)
+        both = both[np.all(np.isfinite(both), axis=1)]
+        if both.shape[0] < 32 or np.any(np.all(both == 0.0, axis=0)):
+            return none
+        # candidate pairs by the columns' values to 8 digits, then checked to 10⁻¹⁰
+        signature: dict[bytes, list[int]] = {}
+        for k in range(columns):
+            signature.setdefault(np.round(both[:, k], 8).tobytes(), []).append(k)
+        directions = []
+        for same in signature.values():
+            for i, k in enumerate(same):
+                for j in same[i + 1 :]:
+                    a, b = both[:, k], both[:, j]
+                    if np.all(np.abs(a - b) <= 1e-10 * np.maximum(np.abs(a), np.abs(b))):
+                        directions.extend(self._flat_pair(k, j))
+        if not directions:
+            return none
+        basis, sizes, _ = np.linalg.svd(np.array(directions).T, full_matrices=False)
+        return basis[:, sizes > 1e-10 * sizes[0]]
+
+    def _flat_pair(self, k: int, j: int) -> list[np.ndarray]:
+        """The directions two identical compact columns ``k``, ``j`` make flat."""
+        layout, d = self._compact_layout, self.ndim
+
+        def spread(column: int) -> np.ndarray:
+            out = np.zeros(d)
+            if layout.group[column] < 0:
+                out[layout.first[column]] = 1.0
+            else:
+                out[layout.entries(column)] = 1.0
+            return out
+
+        gk, gj = layout.group[k], layout.group[j]
+        if gk >= 0 and gk == gj:  # one index: the rows of each group read both at that group
+            out = []
+            for a, b in zip(layout.entries(k), layout.entries(j), strict=True):
+                direction = np.zeros(d)
+                direction[a], direction[b] = 1.0, -1.0
+                out.append(direction)
+            return out
+        return [spread(k) - spread(j)]
 
     def grad_norm_counts(
         self,

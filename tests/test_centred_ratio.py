@@ -410,6 +410,41 @@ def test_midpoint_reads_bring_an_uninformed_ridge_within_half_its_prior_sd_in_fo
     assert reads({"fallback": True}, 4) < 0.1  # the earlier rule: still 10 times too narrow
 
 
+def test_a_flat_direction_of_the_likelihood_takes_the_prior_information_exactly():
+    """``flat``: a direction along which no row's log-likelihood changes (public: the graph).
+    The release's noise there is dropped and the prior's information kept as it is, where the
+    midpoint (or an earlier estimate) would guess within the noise's range."""
+    sigma = 40.0 / (2 * np.sqrt(2))  # radius 40
+    ridge = np.array([1.0, -1.0]) / np.sqrt(2.0)
+    across = np.array([1.0, 1.0]) / np.sqrt(2.0)
+    noise = 7.0 * np.outer(ridge, ridge) - 3.0 * (np.outer(ridge, across) + np.outer(across, ridge))
+    release = 400.0 * np.outer(across, across) + noise  # the ridge's 7 is under the radius
+    prior = -np.diag([0.5, 2.0])  # along the ridge: 1.25
+    flat = ridge[:, None]
+    for extra in ({"midpoint": True}, {"fallback": 0.1 * np.eye(2)}, {}):
+        covariance = covariance_from_fisher(release, np.ones(2), sigma, prior, flat=flat, **extra)
+        information = np.linalg.inv(covariance)
+        # the rows' information along the ridge is zero: what is left there is the prior's
+        np.testing.assert_allclose(information @ ridge, -prior @ ridge, atol=1e-9)
+        guessed = covariance_from_fisher(release, np.ones(2), sigma, prior, **extra)
+        assert abs(ridge @ np.linalg.inv(guessed) @ ridge - 1.25) > 0.5  # without: a guess
+    # in a whitening: the flat direction is one of θ, whatever the release's coordinates
+    whitening = np.array([[2.0, 0.3], [0.0, 0.5]])
+    in_whitening = whitening @ (400.0 * np.outer(across, across)) @ whitening.T
+    covariance = covariance_from_fisher(
+        in_whitening, whitening, sigma, prior, flat=flat, midpoint=True
+    )
+    np.testing.assert_allclose(np.linalg.inv(covariance) @ ridge, -prior @ ridge, atol=1e-9)
+    # a flat prior there too: the floor r/100 keeps the covariance finite
+    floor = covariance_from_fisher(release, np.ones(2), sigma, np.zeros((2, 2)), flat=flat)
+    np.testing.assert_allclose(ridge @ np.linalg.inv(floor) @ ridge, 0.4, rtol=1e-9)
+    # neither unresolved nor loose: nothing to read again
+    assert unresolved_directions(release, sigma, np.eye(2)) == 1
+    assert unresolved_directions(release, sigma, np.eye(2), flat=flat) == 0
+    assert loose_directions(release, np.ones(2), sigma, prior) == 1
+    assert loose_directions(release, np.ones(2), sigma, prior, flat=flat) == 0
+
+
 def test_a_newton_step_that_is_mostly_noise_is_mostly_not_taken():
     covariance = np.diag([4.0, 1.0])
     theta = np.zeros(2)
@@ -703,8 +738,9 @@ def test_the_sampler_metric_spans_a_ridge_the_likelihood_does_not_inform():
     ``a − b`` the posterior is the prior's (sd 1). The centring's Fisher release leaves that
     direction unresolved; without further reads ``Σ̂`` took the initialisation's curvature
     there, capped by the release's noise radius (the zoo's hierarchy at n = 10⁶: sds 0.03–0.06
-    of the truth along its ridge, R̂ 1.77). The reads in the whitening each estimate gives
-    bring it to the prior's."""
+    of the truth along its ridge, R̂ 1.77). The reads in the whitening each estimate gave
+    brought it within a factor four of the prior's; now the ridge is found in the graph
+    (``likelihood_flat_directions``) and takes the prior's information exactly."""
     rng = np.random.default_rng(0)
     n = 20_000
     y = rng.normal(0.3, 1.0, size=n)
@@ -718,5 +754,6 @@ def test_the_sampler_metric_spans_a_ridge_the_likelihood_does_not_inform():
     ridge = np.array([1.0, -1.0]) / np.sqrt(2.0)
     across = np.array([1.0, 1.0]) / np.sqrt(2.0)
     exact_ridge, exact_across = 1.0, 1.0 / (2.0 * n + 1.0)  # posterior variances
-    assert 0.25 < ridge @ covariance @ ridge / exact_ridge < 4.0
+    np.testing.assert_allclose(ridge @ covariance @ ridge, exact_ridge, rtol=1e-8)
     assert 0.25 < across @ covariance @ across / exact_across < 4.0
+    assert step.unresolved_directions() == 0

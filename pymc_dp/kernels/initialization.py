@@ -285,6 +285,7 @@ def covariance_from_fisher(
     *,
     midpoint: bool = False,
     pattern: np.ndarray | None = None,
+    flat: np.ndarray | None = None,
 ) -> np.ndarray:
     """Posterior covariance ``(P⁻¹ F P⁻ᵀ − H_prior)⁻¹`` from a released Fisher matrix.
 
@@ -327,12 +328,19 @@ def covariance_from_fisher(
     (Taking the lower end wherever the fallback claims more than ``λ_k + r`` — a ridge the
     likelihood does not inform — made the zoo's mixture, whose Fisher far from the mode
     resolves few directions, 10–50 times too wide and its centre 100–1400 sd off.)
+
+    ``flat`` (``d × k``, ``RowLikelihood.likelihood_flat_directions``): directions of ``θ``
+    along which no row's log-likelihood changes, for any data (public: the graph; an
+    intercept beside free group offsets, ``a + b[g]``, along ``a + c, b − c``). There the
+    rows' Fisher information is exactly zero: the release is taken on the other directions
+    only, and these keep the prior's information alone, neither resolved by the noise nor
+    guessed (the floor above only where the prior gives them none, a flat prior).
     """
     fisher, matrix, noise = _released_fisher(fisher, whitening, noise_std, pattern)
     prior_part = prior_information(prior_hessian)
-    values, vectors = np.linalg.eigh(fisher)
+    values, vectors, structural = _released_eigen(fisher, matrix, flat)
     radius = noise.radii(values)
-    unresolved = values < radius
+    unresolved = (values < radius) & ~structural
     kept = np.where(unresolved, radius, values)
     if midpoint and np.any(unresolved):
         along = _along_each(vectors, matrix @ prior_part @ matrix.T)
@@ -347,17 +355,23 @@ def covariance_from_fisher(
         along = np.where(np.isfinite(along), along, np.inf)
         guess = np.clip(along, np.maximum(values - radius, 0.0), values + radius)
         kept = np.where(unresolved, guess, values)
+    kept = np.where(structural, 0.0, kept)
     fisher = (vectors * kept) @ vectors.T
-    if (fallback is not None or midpoint) and np.any(unresolved):
+    floor = 0.01 * float(np.max(radius)) if radius.size else 0.0
+    for span, least in (
         # within the unresolved directions, the likelihood's and the prior's information
         # together at least r/100 (in the release's coordinates): where the prior informs a
         # direction the likelihood's part may be zero, where nothing does the floor holds
-        span = vectors[:, unresolved]
+        (vectors[:, unresolved] if fallback is not None or midpoint else vectors[:, :0], floor),
+        # within the flat ones the prior's information as it is, where it has any
+        (vectors[:, structural], 1e-12 * floor),
+    ):
+        if span.shape[1] == 0:
+            continue
         total = span.T @ (fisher + matrix @ prior_part @ matrix.T) @ span
         lows, turns = np.linalg.eigh(0.5 * (total + total.T))
         lift = span @ turns
-        floor = 0.01 * float(np.max(radius[unresolved]))
-        fisher = fisher + (lift * np.maximum(floor - lows, 0.0)) @ lift.T
+        fisher = fisher + (lift * np.where(lows < least, floor - lows, 0.0)) @ lift.T
     inverse = np.linalg.inv(matrix)
     information = inverse @ fisher @ inverse.T + prior_part
     covariance = np.linalg.inv(information)
@@ -389,11 +403,38 @@ def _released_fisher(
     return noise.project(fisher), matrix, noise
 
 
+def _released_eigen(
+    fisher: np.ndarray, matrix: np.ndarray, flat: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eigenvalues and eigenvectors of a fitted release (``matrix``: its whitening ``P``), the
+    likelihood's ``flat`` directions of ``θ`` apart: ``(values, vectors, structural)``.
+
+    Along a flat direction ``n`` every row's ``∇ℓ_i · n = 0``, so in the release's coordinates
+    (``v_i = P ∇ℓ_i``) ``u = P⁻ᵀ n`` has ``v_i · u = 0``: the rows' Fisher information is zero
+    on the span of these ``u``. The release is decomposed on the orthogonal complement; the
+    span's orthonormal basis follows with value 0 and ``structural`` set. Without flat
+    directions this is ``eigh(fisher)``.
+    """
+    d = fisher.shape[0]
+    if flat is None or np.size(flat) == 0:
+        values, vectors = np.linalg.eigh(fisher)
+        return values, vectors, np.zeros(d, dtype=bool)
+    null = np.linalg.solve(matrix.T, np.asarray(flat, dtype=float).reshape(d, -1))
+    basis, sizes, _ = np.linalg.svd(null, full_matrices=True)
+    k = int(np.sum(sizes > 1e-10 * sizes[0]))
+    span, rest = basis[:, :k], basis[:, k:]
+    values, turns = np.linalg.eigh(rest.T @ fisher @ rest)
+    vectors = np.concatenate([rest @ turns, span], axis=1)
+    structural = np.concatenate([np.zeros(d - k, dtype=bool), np.ones(k, dtype=bool)])
+    return np.concatenate([values, np.zeros(k)]), vectors, structural
+
+
 def unresolved_directions(
     fisher: np.ndarray,
     noise_std: float,
     whitening: np.ndarray | None = None,
     pattern: np.ndarray | None = None,
+    flat: np.ndarray | None = None,
 ) -> int:
     """How many eigenvalues of a released Fisher matrix are below their noise radius.
 
@@ -405,14 +446,15 @@ def unresolved_directions(
     :meth:`~pymc_dp.kernels.fisher_noise.FisherNoise.radii`. Along those eigenvectors the
     release does not tell the information from its noise, and :func:`covariance_from_fisher`
     takes a rougher guess there (an earlier estimate, or the range's geometric midpoint).
-    Public (post-processing of the release).
+    The likelihood's ``flat`` directions (:func:`covariance_from_fisher`) are not counted:
+    their information is known to be zero. Public (post-processing of the release).
     """
     d = np.shape(fisher)[0]
-    fisher, _, noise = _released_fisher(
+    fisher, matrix, noise = _released_fisher(
         fisher, np.eye(d) if whitening is None else whitening, noise_std, pattern
     )
-    values = np.linalg.eigvalsh(fisher)
-    return int(np.sum(values < noise.radii(values)))
+    values, _, structural = _released_eigen(fisher, matrix, flat)
+    return int(np.sum((values < noise.radii(values)) & ~structural))
 
 
 def loose_directions(
@@ -422,6 +464,7 @@ def loose_directions(
     prior_hessian: np.ndarray,
     factor: float = _LOOSE_FACTOR,
     pattern: np.ndarray | None = None,
+    flat: np.ndarray | None = None,
 ) -> int:
     """How many unresolved directions of a released Fisher matrix leave the posterior's
     information along them uncertain by more than ``factor``.
@@ -434,17 +477,18 @@ def loose_directions(
     ``factor`` times its bottom. A loose direction is either a ridge the likelihood does not
     inform (a hierarchy's ``μ_a, σ_a`` against its ``z_j``), or one the whitening squeezed (a
     curved ridge read with the curvature of another point): a release in the whitening the
-    first one gives spreads the clip over it and tightens the range in both cases. Public
-    (post-processing of the release).
+    first one gives spreads the clip over it and tightens the range in both cases. A ridge
+    that is one of the likelihood's ``flat`` directions (:func:`covariance_from_fisher`) is
+    known exactly and is not counted. Public (post-processing of the release).
     """
     fisher, matrix, noise = _released_fisher(fisher, whitening, noise_std, pattern)
-    values, vectors = np.linalg.eigh(fisher)
+    values, vectors, structural = _released_eigen(fisher, matrix, flat)
     radius = noise.radii(values)
     prior = matrix @ prior_information(prior_hessian) @ matrix.T
     along = _along_each(vectors, prior)
     low = along + np.maximum(values - radius, 0.0)
     high = along + values + radius
-    return int(np.sum((values < radius) & (high > factor * low)))
+    return int(np.sum((values < radius) & (high > factor * low) & ~structural))
 
 
 def newton_step(

@@ -835,6 +835,9 @@ def private_centring(
     # the entries of the rows' Fisher information that can be non-zero, and the variables
     # each row reads at one group (public: the graph)
     pattern, gathered = channel.fisher_pattern, channel.gathered_blocks
+    # the directions along which no row's log-likelihood changes (public: the graph): their
+    # information is the prior's, known without a read
+    flat = channel.likelihood_flat_directions
     mu_histogram = float(histogram_share) * budget.capacity_mu
     z_histogram = math.sqrt(1.0 / (2.0 * mu_histogram))
     histogram_event = GaussianCost.from_noise_multiplier(z_histogram)
@@ -880,6 +883,7 @@ def private_centring(
             prior,
             fallback=start.covariance,
             pattern=pattern,
+            flat=flat,
         )
         if not _usable(covariance):  # numerically singular: the previous round's result
             if rounds > 1:
@@ -919,6 +923,7 @@ def private_centring(
             prior_hessian(space.logprior_grad, theta_c),
             fallback=start.covariance,
             pattern=pattern,
+            flat=flat,
         )
         if _usable(moved_covariance):
             covariance = moved_covariance
@@ -970,7 +975,12 @@ def private_centring(
         if (
             sharpened >= _SHARPENING_READS
             or loose_directions(
-                fisher.value, fisher_whitening, fisher.noise_std, prior, pattern=pattern
+                fisher.value,
+                fisher_whitening,
+                fisher.noise_std,
+                prior,
+                pattern=pattern,
+                flat=flat,
             )
             == 0
             or not budget.fits(histogram_event, events)
@@ -984,7 +994,13 @@ def private_centring(
             channel, grad_clip=sharp_clip, noise_multiplier=z_histogram, whitening=sharp_whitening
         )(theta_c)
         sharper_covariance = covariance_from_fisher(
-            sharper.value, sharp_whitening, sharper.noise_std, prior, midpoint=True, pattern=pattern
+            sharper.value,
+            sharp_whitening,
+            sharper.noise_std,
+            prior,
+            midpoint=True,
+            pattern=pattern,
+            flat=flat,
         )
         if not _usable(sharper_covariance):
             break
@@ -1043,7 +1059,9 @@ def private_centring(
             ),
         },
         releases=1 + rounds + sharpened + len(step_mus),
-        unresolved=unresolved_directions(fisher.value, fisher.noise_std, fisher_whitening, pattern),
+        unresolved=unresolved_directions(
+            fisher.value, fisher.noise_std, fisher_whitening, pattern, flat=flat
+        ),
         rounds=rounds,
         histograms=rounds + 2 + (sharpened > 0),
         sharpened=sharpened,
