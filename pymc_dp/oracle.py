@@ -177,6 +177,11 @@ class _CompactLayout:
         """The coordinates column ``k`` can sit at, one per group of its index."""
         return self.first[k] + self.stride[k] * np.arange(self.groups[self.group[k]])
 
+    def places(self, k: int) -> np.ndarray:
+        """Every coordinate column ``k`` can sit at: one for a shared column, else
+        :meth:`entries`."""
+        return self.first[k : k + 1] if self.group[k] < 0 else self.entries(k)
+
     def coordinates(self, index: np.ndarray) -> np.ndarray:
         """Every row's coordinates, ``(m, K)``."""
         return self.first + self.stride * index[:, np.maximum(self.group, 0)]
@@ -1868,24 +1873,19 @@ class RowLikelihood:
     def _flat_pair(self, k: int, j: int) -> list[np.ndarray]:
         """The directions two identical compact columns ``k``, ``j`` make flat."""
         layout, d = self._compact_layout, self.ndim
-
-        def spread(column: int) -> np.ndarray:
-            out = np.zeros(d)
-            if layout.group[column] < 0:
-                out[layout.first[column]] = 1.0
-            else:
-                out[layout.entries(column)] = 1.0
-            return out
-
         gk, gj = layout.group[k], layout.group[j]
-        if gk >= 0 and gk == gj:  # one index: the rows of each group read both at that group
-            out = []
-            for a, b in zip(layout.entries(k), layout.entries(j), strict=True):
-                direction = np.zeros(d)
-                direction[a], direction[b] = 1.0, -1.0
-                out.append(direction)
-            return out
-        return [spread(k) - spread(j)]
+        # one index: the rows of each group read both at that group, one direction per group
+        pairs = (
+            zip(layout.entries(k), layout.entries(j), strict=True)
+            if gk >= 0 and gk == gj
+            else [(layout.places(k), layout.places(j))]
+        )
+        directions = []
+        for a, b in pairs:
+            direction = np.zeros(d)
+            direction[a], direction[b] = 1.0, -1.0
+            directions.append(direction)
+        return directions
 
     def grad_norm_counts(
         self,

@@ -358,14 +358,14 @@ def covariance_from_fisher(
     kept = np.where(structural, 0.0, kept)
     fisher = (vectors * kept) @ vectors.T
     floor = 0.01 * float(np.max(radius)) if radius.size else 0.0
-    for span, least in (
+    # within the flat directions the prior's information as it is, where it has any
+    lifts = [(vectors[:, structural], 1e-12 * floor)]
+    if fallback is not None or midpoint:
         # within the unresolved directions, the likelihood's and the prior's information
         # together at least r/100 (in the release's coordinates): where the prior informs a
         # direction the likelihood's part may be zero, where nothing does the floor holds
-        (vectors[:, unresolved] if fallback is not None or midpoint else vectors[:, :0], floor),
-        # within the flat ones the prior's information as it is, where it has any
-        (vectors[:, structural], 1e-12 * floor),
-    ):
+        lifts.insert(0, (vectors[:, unresolved], floor))
+    for span, least in lifts:
         if span.shape[1] == 0:
             continue
         total = span.T @ (fisher + matrix @ prior_part @ matrix.T) @ span
