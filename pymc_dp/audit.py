@@ -234,7 +234,7 @@ def _runs(
                 try:
                     for _ in range(iterations):
                         current, _stats = step.step(current)
-                        draws.append(step.space.ravel(current))
+                        draws.append(np.concatenate([np.ravel(current[v.name]) for v in step.vars]))
                 except _RUN_ERRORS:  # a data-dependent stop is an output an adversary sees
                     out[s, r] = _STOPPED
                     continue

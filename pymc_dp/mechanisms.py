@@ -253,9 +253,10 @@ class PrivateChannel:
         """Refuse data changed since the build (``pm.set_data``): ``DataChangedError``."""
         self._oracle.check_data_unchanged()
 
-    def check_deterministics(self) -> None:
-        """Refuse deterministics that read row data (also ones added after the build)."""
-        self._oracle.check_deterministics()
+    def check_deterministics(self, model: Any = None) -> None:
+        """Refuse deterministics that read row data (also ones added after the build), of the
+        oracle's model or of ``model`` (one built on the same data)."""
+        self._oracle.check_deterministics(model)
 
     def check_before_reading(self, theta: np.ndarray) -> None:
         """A chain's checks before its first read: data unchanged, deterministics, start."""

@@ -794,14 +794,17 @@ class RowLikelihood:
             row_arrays=[r.data for r in self._rows],
         )
 
-    def check_deterministics(self) -> None:
+    def check_deterministics(self, model: pm.Model | None = None) -> None:
         """Refuse the model's ``pm.Deterministic``s that read row data (``pm.sample`` stores them).
 
         Run when the oracle is built and again before sampling, since deterministics can be
-        added to the model afterwards. Raises :class:`~pymc_dp.errors.PrivacyLeakError`.
+        added to the model afterwards. ``model``: another model on the same data (the one a
+        step publishes draws of, when it samples centred coordinates; default: the oracle's).
+        Raises :class:`~pymc_dp.errors.PrivacyLeakError`.
         """
-        if self.model is not None:
-            check_deterministics(self.model, **self._row_evidence())
+        model = self.model if model is None else model
+        if model is not None:
+            check_deterministics(model, **self._row_evidence())
 
     # ------------------------------------------------------------------ graph construction
 

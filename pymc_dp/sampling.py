@@ -132,7 +132,8 @@ def sample(
             "proposals' scale there is a rougher guess, and with strongly "
             "correlated parameters (a non-centred hierarchy) it can be far off, so the chains "
             "may not converge. What helps: a larger epsilon, more rows, or fewer parameters "
-            "(a hierarchy whose groups have many rows each: write it centred).",
+            "(a hierarchy with many rows per group that the step did not centre by itself: "
+            "write it centred).",
             ConvergenceWarning,
             stacklevel=2,
         )

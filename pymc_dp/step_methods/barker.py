@@ -67,6 +67,13 @@ class DPBarker(DPStep):
         ``{"mode": "JAX"}`` compiles the per-row likelihood functions (the passes over the data)
         with JAX instead of PyTensor's default backend: faster passes for heavy likelihoods, and
         a GPU when JAX has one (needs ``pip install jax``). Only ``mode`` is read.
+    centre_hierarchies : bool
+        Default True: a non-centred hierarchy (``z ~ N(0, 1)`` entering the model as
+        ``mu + sigma * z``) is sampled in its centred coordinates ``a = mu + sigma * z``, a
+        change of variables of the parameters that reads no data; the draws are reported as
+        ``z``, like any other step's (docs: theory, "Non-centred hierarchies"). Settings given
+        per coordinate (a proposal scale or mass) are then in those coordinates. False samples
+        the model's own coordinates.
     """
 
     name = "dp_barker"
@@ -100,6 +107,7 @@ class DPBarker(DPStep):
         blocked: bool = True,
         rng: Any = None,
         compile_kwargs: dict[str, Any] | None = None,
+        centre_hierarchies: bool = True,
     ) -> None:
         self.temperature = check_temperature(temperature)
         if positive_float(normal_variance, "normal_variance") != _PROVED_NORMAL_VARIANCE:
@@ -121,6 +129,7 @@ class DPBarker(DPStep):
             blocked=blocked,
             rng=rng,
             compile_kwargs=compile_kwargs,
+            centre_hierarchies=centre_hierarchies,
         )
         BarkerCost(self.batch_size, self._channel.n_rows)  # checks b against n, naming both
         self.proposal_scale = check_proposal_scale(proposal_scale, self.space.ndim)

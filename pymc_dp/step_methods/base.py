@@ -52,6 +52,7 @@ from pymc_dp.errors import (
 )
 from pymc_dp.mechanisms import PrivateChannel, ReleaseCounter
 from pymc_dp.noise import NoiseSource
+from pymc_dp.noncentred import CentredCoordinates, centred_coordinates
 from pymc_dp.planning import plan_iterations
 from pymc_dp.step_methods.initialization import (
     DEFAULT_INIT_SHARE,
@@ -133,6 +134,7 @@ class DPStep(BlockedStep):
             "secure_noise",
             "init_share",
             "_private_start",
+            "_coordinates",
         }
     )
 
@@ -190,6 +192,7 @@ class DPStep(BlockedStep):
         rng: Any = None,
         init_share: float | None = None,
         compile_kwargs: dict[str, Any] | None = None,
+        centre_hierarchies: bool = True,
     ) -> None:
         model = pm.modelcontext(model)
         backend = backend_from_compile_kwargs(compile_kwargs)
@@ -217,9 +220,21 @@ class DPStep(BlockedStep):
                 "vars: pm.sample would give them to NUTS or Metropolis, which read the raw data "
                 "without noise. Leave vars=None (all free variables)."
             )
-        self._channel = PrivateChannel.open(model, value_vars, row_data=row_data, backend=backend)
+        # a non-centred hierarchy is sampled in its centred coordinates (a change of variables
+        # of the parameters: pymc_dp.noncentred); the draws are reported in the model's own
+        coordinates = (
+            centred_coordinates(model)
+            if check_flag(centre_hierarchies, "centre_hierarchies")
+            else None
+        )
+        self._coordinates = coordinates
+        sampled = model if coordinates is None else coordinates.centred_model
+        self._channel = PrivateChannel.open(
+            sampled, value_vars if coordinates is None else None, row_data=row_data, backend=backend
+        )
         self.space = self._channel.space
-        self.vars = list(self.space.value_vars)
+        self.vars = list(self.space.value_vars) if coordinates is None else list(model.value_vars)
+        self._check_published_deterministics()  # the oracle checked the centred model's
         self.budget = budget
         self.nonprivate_diagnostics = nonprivate_diagnostics
         if self.nonprivate_diagnostics:  # opt-in, recorded, and loud: the release is not DP
@@ -420,7 +435,35 @@ class DPStep(BlockedStep):
     @property
     def model(self) -> pm.Model | None:
         """The model the step was built on (``None`` in a pickled copy)."""
+        if self._coordinates is not None:
+            return self._coordinates.published_model
         return self._channel.model
+
+    @property
+    def centred_coordinates(self) -> CentredCoordinates | None:
+        """The centred coordinates this step samples a non-centred hierarchy in (``None``: the
+        model's own coordinates; :mod:`pymc_dp.noncentred`)."""
+        return self._coordinates
+
+    def _sampled_point(self, point: dict[str, Any]) -> dict[str, Any]:
+        """The point of the sampled coordinates for a point of the model."""
+        return point if self._coordinates is None else self._coordinates.to_centred(point)
+
+    def _model_point(self, point: dict[str, Any]) -> dict[str, Any]:
+        """The point of the model for a point of the sampled coordinates (post-processing)."""
+        return point if self._coordinates is None else self._coordinates.to_published(point)
+
+    def _check_published_deterministics(self) -> None:
+        """The deterministics ``pm.sample`` stores are the model's, not the centred model's:
+        checked at the build, before the first read and before the step is pickled (a worker
+        process's copy has no model to check)."""
+        model = self.model
+        if self._coordinates is not None and model is not None:
+            self._channel.check_deterministics(model)
+
+    def __getstate__(self) -> dict[str, Any]:
+        self._check_published_deterministics()
+        return super().__getstate__()
 
     @property
     def counter(self) -> ReleaseCounter:
@@ -437,13 +480,14 @@ class DPStep(BlockedStep):
         (:class:`~pymc_dp.errors.DataChangedError`) or a deterministic that reads row data
         (:class:`~pymc_dp.errors.PrivacyLeakError`). Reads no data values into any output."""
         self._channel.check_data_unchanged()
-        self._channel.check_deterministics()
+        self.check_deterministics()
 
     def check_deterministics(self) -> None:
         """Refuse the model's deterministics that read row data, ones added after the build
         too: ``pm.sample`` stores them at every draw (:class:`~pymc_dp.errors.PrivacyLeakError`).
         """
         self._channel.check_deterministics()
+        self._check_published_deterministics()
 
     @abstractmethod
     def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
@@ -565,6 +609,7 @@ class DPStep(BlockedStep):
         """A chain's checks before it reads anything (see the module docstring)."""
         if getattr(self, "_compound_refusal", None) is not None:
             raise self._compound_refusal
+        self._check_published_deterministics()
         self._channel.check_before_reading(theta)
 
     def _reserve(self) -> None:
@@ -612,7 +657,7 @@ class DPStep(BlockedStep):
     # ---------------------------------------------------------------- PyMC step
 
     def step(self, point: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[dict]]:
-        given = self.space.ravel(point)
+        given = self.space.ravel(self._sampled_point(point))
         theta = self._chain_theta(given)
         if self._iteration >= self._reserved:
             if not self.prepared:
@@ -633,7 +678,8 @@ class DPStep(BlockedStep):
         self._spend_iteration()
         stats.update(self._spent(self._iteration))
         stats = {name: stats[name] for name in self.stats_dtypes_shapes}  # drops the non-private
-        return {**point, **self.space.unravel(self._reported_theta(new_theta))}, [stats]
+        reported = self._model_point(self.space.unravel(self._reported_theta(new_theta)))
+        return {**point, **reported}, [stats]
 
     def _stretching(self) -> bool:
         """Whether the draws are reported through ``_stretch`` (not beside another step)."""
@@ -809,6 +855,11 @@ class DPStep(BlockedStep):
             "dp_nonprivate_diagnostics": int(self.nonprivate_diagnostics),
             "dp_iterations_this_chain": self._iteration,
             "dp_epsilon_this_chain": self._spent(self._iteration)["epsilon_spent"],
+            **(
+                {}
+                if self._coordinates is None
+                else {"dp_centred_coordinates": self._coordinates.describe()}
+            ),
             **self._initialization_metadata(),
         }
 

@@ -160,6 +160,13 @@ class DPHMC(CentredSampling, DPStep):
         ``{"mode": "JAX"}`` compiles the per-row likelihood functions (the passes over the data)
         with JAX instead of PyTensor's default backend: faster passes for heavy likelihoods, and
         a GPU when JAX has one (needs ``pip install jax``). Only ``mode`` is read.
+    centre_hierarchies : bool
+        Default True: a non-centred hierarchy (``z ~ N(0, 1)`` entering the model as
+        ``mu + sigma * z``) is sampled in its centred coordinates ``a = mu + sigma * z``, a
+        change of variables of the parameters that reads no data; the draws are reported as
+        ``z``, like any other step's (docs: theory, "Non-centred hierarchies"). Settings given
+        per coordinate (a proposal scale or mass) are then in those coordinates. False samples
+        the model's own coordinates.
     """
 
     name = "dp_hmc"
@@ -221,6 +228,7 @@ class DPHMC(CentredSampling, DPStep):
         blocked: bool = True,
         rng: Any = None,
         compile_kwargs: dict[str, Any] | None = None,
+        centre_hierarchies: bool = True,
     ) -> None:
         self._auto_grad_clip = isinstance(grad_clip, str) and grad_clip == "auto"
         self._auto_llr_clip = isinstance(llr_clip, str) and llr_clip == "auto"
@@ -282,6 +290,7 @@ class DPHMC(CentredSampling, DPStep):
             blocked=blocked,
             rng=rng,
             compile_kwargs=compile_kwargs,
+            centre_hierarchies=centre_hierarchies,
             init_share=init_share,
         )
         n = self._channel.n_rows
@@ -300,7 +309,7 @@ class DPHMC(CentredSampling, DPStep):
             if mass.shape not in ((), (ndim,)):
                 raise InvalidParameterError(
                     f"mass_diag has shape {mass.shape}; expected ({ndim},), one entry per "
-                    f"unconstrained coordinate of {[v.name for v in self.vars]}."
+                    f"unconstrained coordinate of {[v.name for v in self.space.value_vars]}."
                 )
             mass = np.broadcast_to(mass, (ndim,)).copy()
             if not np.all(np.isfinite(mass) & (mass > 0)):

@@ -152,6 +152,13 @@ class DPPenalty(CentredSampling, DPStep):
         ``{"mode": "JAX"}`` compiles the per-row likelihood functions (the passes over the data)
         with JAX instead of PyTensor's default backend: faster passes for heavy likelihoods, and
         a GPU when JAX has one (needs ``pip install jax``). Only ``mode`` is read.
+    centre_hierarchies : bool
+        Default True: a non-centred hierarchy (``z ~ N(0, 1)`` entering the model as
+        ``mu + sigma * z``) is sampled in its centred coordinates ``a = mu + sigma * z``, a
+        change of variables of the parameters that reads no data; the draws are reported as
+        ``z``, like any other step's (docs: theory, "Non-centred hierarchies"). Settings given
+        per coordinate (a proposal scale or mass) are then in those coordinates. False samples
+        the model's own coordinates.
     """
 
     name = "dp_penalty"
@@ -192,6 +199,7 @@ class DPPenalty(CentredSampling, DPStep):
         blocked: bool = True,
         rng: Any = None,
         compile_kwargs: dict[str, Any] | None = None,
+        centre_hierarchies: bool = True,
     ) -> None:
         self._auto_llr_clip = isinstance(llr_clip, str) and llr_clip == "auto"
         self._auto_noise = noise_multiplier is None and tau is None
@@ -241,6 +249,7 @@ class DPPenalty(CentredSampling, DPStep):
             blocked=blocked,
             rng=rng,
             compile_kwargs=compile_kwargs,
+            centre_hierarchies=centre_hierarchies,
             init_share=init_share,
         )
         n = self._channel.n_rows

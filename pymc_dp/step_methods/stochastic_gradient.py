@@ -84,7 +84,13 @@ _COMMON_PARAMETERS = """
         ``{"mode": "JAX"}`` compiles the per-row likelihood functions (the passes over the
         data) with JAX instead of PyTensor's default backend: faster passes for heavy
         likelihoods, and a GPU when JAX has one (needs ``pip install jax``). Only ``mode`` is
-        read."""
+        read.
+    centre_hierarchies : bool
+        Default True: a non-centred hierarchy (``z ~ N(0, 1)`` entering the model as
+        ``mu + sigma * z``) is sampled in its centred coordinates ``a = mu + sigma * z``, a
+        change of variables of the parameters that reads no data; the draws are reported as
+        ``z``, like any other step's (docs: theory, "Non-centred hierarchies"). False samples
+        the model's own coordinates."""
 
 
 class _StochasticGradientStep(DPStep):
@@ -129,6 +135,7 @@ class _StochasticGradientStep(DPStep):
         blocked: bool = True,
         rng: Any = None,
         compile_kwargs: dict[str, Any] | None = None,
+        centre_hierarchies: bool = True,
     ) -> None:
         self.step_size = positive_float(step_size, "step_size")
         self.grad_clip = positive_float(grad_clip, "grad_clip")
@@ -146,6 +153,7 @@ class _StochasticGradientStep(DPStep):
             blocked=blocked,
             rng=rng,
             compile_kwargs=compile_kwargs,
+            centre_hierarchies=centre_hierarchies,
             init_share=init_share,
         )
         check_batch_rows(self.batch_size, self._channel.n_rows)
