@@ -25,9 +25,14 @@ A variable ``z`` is centred when
 
 * it is a free ``pm.Normal(…, mu=0, sigma=1)`` with no transform;
 * it enters the model (possibly indexed first, ``z[group_idx]``) as ``loc + scale · z`` or
-  ``scale · z``, with ``loc`` and ``scale`` one scalar free variable (or constant) each, the
-  same pair at every such use, ``scale`` positive by its transform (``pm.HalfNormal``,
-  ``pm.Exponential``, … have a log transform) or a positive constant.
+  ``scale · z``, the same pair at every such use, with ``scale`` one scalar free variable
+  positive by its transform (``pm.HalfNormal``, ``pm.Exponential``, … have a log transform)
+  or a positive constant, and ``loc`` a scalar free variable or constant, or (``z`` not
+  indexed first) a graph of free variables, constants and group-level data with one value per
+  entry of ``z`` and fewer numbers than rows: a group-level regression's mean
+  ``g0 + g1 * u``. (The centred prior of ``a`` reads that data without noise, so it must
+  never be the rows'; a mean the detector cannot place stays outside: only ``scale · z`` is
+  centred.)
 
 Any other use of ``z`` in the log-density reads ``(a − loc)/scale``, so the model is the same
 model whatever else it does with ``z``. A ``z`` whose ``loc`` or ``scale`` depends on it, or is
@@ -75,8 +80,8 @@ class NonCentred:
     z : Variable
         The standard Normal free variable.
     loc, scale : Variable or None
-        Scalar free variables (or constants) of the affine map; ``loc`` is ``None`` for
-        ``scale · z``.
+        The affine map's location (a scalar, or one value per entry of ``z``: see the module
+        docstring; ``None`` for ``scale · z``) and its positive scalar scale.
     uses : tuple of (Variable, Variable)
         ``(top, gathered)``: ``top`` computes ``loc + scale · gathered``, where ``gathered`` is
         ``z`` or ``z`` indexed (``z[group_idx]``).
@@ -158,12 +163,60 @@ def _valid_scale(model: pm.Model, var: Variable) -> bool:
     return var in model.free_RVs and isinstance(model.rvs_to_transforms.get(var), LogTransform)
 
 
-def _valid_loc(model: pm.Model, var: Variable) -> bool:
-    if var.ndim != 0:
+def _valid_loc(model: pm.Model, var: Variable, z: Variable, gathered: bool) -> bool:
+    """Whether ``var`` can be the centred variable's mean: a scalar free variable or constant;
+    or, where ``z`` is not indexed first, a graph of free variables, constants and public
+    group-level data with one value per entry of ``z`` (``g0 + g1 * u``, ``u`` one value per
+    group: the mean of a group-level regression)."""
+    if var.ndim == 0 and (var in model.free_RVs or _scalar_constant(var) is not None):
+        return True
+    if gathered or var.ndim > z.ndim:
         return False
-    return (isinstance(var, Constant) and _scalar_constant(var) is not None) or (
-        var in model.free_RVs
-    )
+    trailing = z.type.shape[z.ndim - var.ndim :]
+    if any(b != 1 and zb == 1 for b, zb in zip(var.type.shape, trailing, strict=True)):
+        return False  # the mean would widen z
+    if set(model.observed_RVs) & set(ancestors([var])):
+        return False
+    rows = _row_count(model)
+    for root in graph_inputs([var], blockers=model.free_RVs):
+        if root in model.free_RVs:
+            continue
+        if isinstance(root, Constant):
+            value = root.data
+        elif root in model.data_vars:
+            value = root.get_value(borrow=True)
+        else:
+            return False
+        shape = np.shape(value)
+        if shape == ():
+            continue
+        # one value per group, and fewer numbers than rows: never the rows' data (which the
+        # centred model's prior would read without noise)
+        if shape[0] != _leading_length(z) or rows is None or np.size(value) >= rows:
+            return False
+    return True
+
+
+def _row_count(model: pm.Model) -> int | None:
+    """The fewest rows of an observed variable (public: the data's shape, not its values)."""
+    counts = []
+    for rv in model.observed_RVs:
+        value = model.rvs_to_values[rv]
+        data = value.data if isinstance(value, Constant) else getattr(value, "get_value", None)
+        data = data(borrow=True) if callable(data) else data
+        if data is None or np.ndim(data) == 0:
+            return None
+        counts.append(np.shape(data)[0])
+    return min(counts) if counts else None
+
+
+def _leading_length(z: Variable) -> int | None:
+    """The length of ``z``'s first axis (public: the model's dimensions)."""
+    size = _size(z)
+    if size is None:
+        return None
+    values = size if isinstance(size, tuple) else size.eval()
+    return int(values[0]) if len(values) else None
 
 
 def _affine_uses(
@@ -189,7 +242,7 @@ def _affine_uses(
                 for n, p in clients.get(product, [])
                 if _is_elemwise(n, "Add")
             ]
-            sums = [(n, loc) for n, loc in sums if _valid_loc(model, loc)]
+            sums = [(n, loc) for n, loc in sums if _valid_loc(model, loc, z, var is not z)]
             if sums:
                 found += [(n.outputs[0], var, loc, scale) for n, loc in sums]
             else:
@@ -289,6 +342,17 @@ class CentredCoordinates:
     def _args(self, point: dict[str, Any], names: list[str]) -> list[np.ndarray]:
         return [np.asarray(point[name], dtype=self._dtypes[name]) for name in names]
 
+    def fits(self, point: dict[str, Any]) -> bool:
+        """Whether each centred variable has its ``z``'s shape at ``point`` (a public check of
+        the model's dimensions, at PyMC's initial point)."""
+        try:
+            centred = self.to_centred(point)
+        except Exception:  # the model's own error comes from the model, sampled as written
+            return False
+        finally:
+            self._last = None
+        return all(np.shape(centred[self.names[z]]) == np.shape(point[z]) for z in self._z_names)
+
     def _key(self, point: dict[str, Any]) -> tuple[bytes, ...]:
         return tuple(np.asarray(point[name]).tobytes() for name in self._z_names + self._inputs)
 
@@ -328,7 +392,10 @@ class CentredCoordinates:
 
 
 def _label(var: Variable) -> str:
-    return var.name if var.name else f"{_scalar_constant(var):g}"
+    if var.name:
+        return var.name
+    value = _scalar_constant(var)
+    return "<unnamed expression>" if value is None else f"{value:g}"
 
 
 def centred_coordinates(model: pm.Model) -> CentredCoordinates | None:
@@ -349,6 +416,8 @@ def centred_coordinates(model: pm.Model) -> CentredCoordinates | None:
     found = [] if any(v is not None for v in model.rvs_to_initial_values.values()) else None
     found = find_non_centred(model) if found is None else found
     coordinates = CentredCoordinates(model, _build_centred(model, found), found) if found else None
+    if coordinates is not None and not coordinates.fits(model.initial_point()):
+        coordinates = None  # a mean that does not broadcast to z: the model as written
     cache[key] = coordinates
     return coordinates
 

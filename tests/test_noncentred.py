@@ -68,6 +68,15 @@ def _model(form: str, n: int = 300) -> pm.Model:
             pm.Potential("p", 0.01 * pt.sum(mu + z * sigma_g))
             pm.Potential("q", mu + z * sigma_g)
             eta = (mu + z * sigma_g)[g]
+        elif form == "group_level_mean":  # the radon notebook's uranium model
+            u = pm.Data("u", np.linspace(-1.0, 1.0, GROUPS), dims="group")
+            gamma = pm.Normal("gamma", 0, 5, shape=2)
+            mean = pm.Deterministic("m", gamma[0] + gamma[1] * u, dims="group")
+            eta = pm.Deterministic("a", mean + z * sigma_g, dims="group")[g]
+        elif form == "mean_of_rows":  # a mean computed from a row covariate: not centred in
+            eta = (pt.mean(xd) + z * sigma_g)[g]
+        elif form == "row_level_mean":  # a per-row mean stays outside: sigma * z is centred
+            eta = 0.5 * xd + sigma_g * z[g]
         elif form == "two_scales":  # z under two different scales
             tau = pm.HalfNormal("tau", 1)
             eta = (mu + z * sigma_g)[g] + 0.1 * (z * tau)[g]
@@ -88,6 +97,9 @@ def _model(form: str, n: int = 300) -> pm.Model:
         ("reported_twice", "z: z_centred = mu + sigma_g * z"),
         ("only_reported", None),
         ("loc_reads_z", None),
+        ("group_level_mean", "z: a = m + sigma_g * z"),
+        ("row_level_mean", "z: z_centred = sigma_g * z"),
+        ("mean_of_rows", "z: z_centred = sigma_g * z"),
         ("potential_is_the_map", "z: z_centred = mu + sigma_g * z"),
         ("not_standard", None),
         ("unsigned_scale", None),
@@ -100,6 +112,17 @@ def test_non_centred_variables_are_found_in_the_graph(form, expected):
         assert coordinates is None
     else:
         assert coordinates.describe() == expected
+
+
+def test_a_group_level_mean_with_as_many_numbers_as_rows_stays_outside():
+    """With as many groups as rows, group-level data could be the rows' data: the centred
+    variable's prior would read it without noise, so only sigma * z is centred."""
+    assert centred_coordinates(_model("group_level_mean", n=GROUPS)).describe() == (
+        "z: z_centred = sigma_g * z"
+    )
+    assert centred_coordinates(_model("group_level_mean", n=10 * GROUPS)).describe() == (
+        "z: a = m + sigma_g * z"
+    )
 
 
 def test_nothing_is_centred_when_the_model_sets_initial_values():
@@ -117,6 +140,8 @@ def test_nothing_is_centred_when_the_model_sets_initial_values():
         "also_raw",
         "feeds_a_prior",
         "potential_is_the_map",
+        "group_level_mean",
+        "row_level_mean",
     ],
 )
 def test_the_centred_model_is_the_change_of_variables_with_its_jacobian(form):
