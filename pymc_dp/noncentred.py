@@ -413,8 +413,10 @@ def centred_coordinates(model: pm.Model) -> CentredCoordinates | None:
     if key in cache:
         return cache[key]
     cache.clear()
-    found = [] if any(v is not None for v in model.rvs_to_initial_values.values()) else None
-    found = find_non_centred(model) if found is None else found
+    if any(v is not None for v in model.rvs_to_initial_values.values()):
+        found = []  # PyMC's initial values are per variable: not carried over to a centred one
+    else:
+        found = find_non_centred(model)
     coordinates = CentredCoordinates(model, _build_centred(model, found), found) if found else None
     if coordinates is not None and not coordinates.fits(model.initial_point()):
         coordinates = None  # a mean that does not broadcast to z: the model as written
