@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -73,32 +74,51 @@ class ConvergenceCheck:
         return f"NOT CONVERGED: {'; '.join(self.problems)} ({numbers}). {advice}"
 
 
-def _stacked(dataset: Any) -> np.ndarray:
-    """All scalar components of every variable as ``(chains, draws, k)``."""
+def _components(dataset: Any) -> list[tuple[str, np.ndarray]]:
+    """Every variable's scalar components as ``(name, (chains, draws, k))``."""
     parts = []
     for name in dataset.data_vars:
         values = np.asarray(dataset[name].values, dtype=float)
-        parts.append(values.reshape(values.shape[0], values.shape[1], -1))
-    return np.concatenate(parts, axis=2)
+        parts.append((str(name), values.reshape(values.shape[0], values.shape[1], -1)))
+    return parts
 
 
-def _diagnostics(draws: np.ndarray) -> tuple[float, float]:
-    """Largest R̂ and smallest bulk ESS over the components of ``(chains, draws, k)``."""
+def _diagnostics(
+    variables: list[tuple[str, np.ndarray]], free_vars: Collection[str] | None
+) -> tuple[float, float]:
+    """Largest R̂ and smallest bulk ESS over the components of ``(chains, draws, k)`` arrays.
+
+    A component equal in every draw of every chain is a constant of the model (the unit
+    diagonal of a correlation matrix, a fixed entry of a deterministic), not a chain that never
+    moved, when it is not part of a free variable: with ``free_vars`` (the model's free
+    variables) when its variable is not one of them, without it when another component of its
+    variable moved. Any other component that never moved counts as R̂ = ∞ and one effective
+    draw.
+    """
     import arviz as az
 
     rhat, ess = [], []
-    for j in range(draws.shape[2]):
-        x = draws[:, :, j]
-        if not np.all(np.isfinite(x)):
+    for name, draws in variables:
+        if not np.all(np.isfinite(draws)):
             return math.inf, 0.0
-        if np.ptp(x) == 0.0:  # a component that never moved
-            rhat.append(math.inf if x.shape[0] > 1 else math.nan)
-            ess.append(1.0)
-            continue
-        if x.shape[0] > 1:
-            rhat.append(float(az.rhat(x)))
-        ess.append(float(az.ess(x, method="bulk")))
-    return (max(rhat) if rhat else math.nan), min(ess)
+        flat = draws.reshape(-1, draws.shape[2])
+        still = np.ptp(flat, axis=0) == 0.0 if flat.size else np.zeros(draws.shape[2], bool)
+        if free_vars is not None:
+            constant_of_model = name not in free_vars
+        else:
+            constant_of_model = not np.all(still)
+        for j in range(draws.shape[2]):
+            x = draws[:, :, j]
+            if still[j]:
+                if constant_of_model:
+                    continue
+                rhat.append(math.inf if x.shape[0] > 1 else math.nan)
+                ess.append(1.0)
+                continue
+            if x.shape[0] > 1:
+                rhat.append(float(az.rhat(x)))
+            ess.append(float(az.ess(x, method="bulk")))
+    return (max(rhat) if rhat else math.nan), (min(ess) if ess else math.nan)
 
 
 def check_convergence(
@@ -108,6 +128,7 @@ def check_convergence(
     ess_min: float = ESS_MIN,
     acceptance_min: float = ACCEPTANCE_MIN,
     diverging_max: float = DIVERGING_MAX,
+    free_vars: Collection[str] | None = None,
 ) -> ConvergenceCheck:
     """Diagnose the released draws of ``idata`` (InferenceData or DataTree).
 
@@ -115,12 +136,18 @@ def check_convergence(
     ``rhat_max``, the bulk ESS of some component is below ``ess_min``, the acceptance rate after
     tuning is below ``acceptance_min``, or more than ``diverging_max`` of the iterations
     diverged. Post-processing of the release: no privacy cost.
+
+    ``free_vars`` (optional) names the model's free variables: a component of any other
+    variable (a deterministic) that is the same in every draw of every chain, such as the unit
+    diagonal of a correlation matrix from ``pm.LKJCholeskyCov``, is a constant of the model
+    and is left out. Without it, such a component is left out when another component of its
+    variable moved. A free variable's component that never moved is always a problem.
     """
     posterior = group_dataset(idata, "posterior")
     stats = group_dataset(idata, "sample_stats")
-    draws = _stacked(posterior)
-    chains, n_draws = draws.shape[0], draws.shape[1]
-    rhat, ess = _diagnostics(draws)
+    variables = _components(posterior)
+    chains, n_draws = variables[0][1].shape[:2] if variables else (0, 0)
+    rhat, ess = _diagnostics(variables, None if free_vars is None else set(free_vars))
     acceptance = math.nan
     diverging = 0.0
     accept_reject = stats is None or "accepted" in stats.data_vars

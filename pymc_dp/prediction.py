@@ -12,8 +12,10 @@ effective sample size per iteration is ``a / (2 − a)``.
 :func:`predict_penalty_ess` evaluates that for a given noise multiplier, clip and posterior
 covariance (a guess, or the private initialisation's), by Monte Carlo over public draws:
 the exact Metropolis–Hastings acceptance of the t proposal against a Gaussian posterior, times
-the penalty for the released noise. It ignores what the random-walk half of the proposals adds
-and the Laplace approximation's own error, so it is the bound of a well-initialised chain.
+the penalty for the released noise. With the centred ratio the Gaussian sits at the tilted
+target's mode, where the chains sample, and the noise grows with the distance from the
+releases' centre. It ignores what the random-walk half of the proposals adds and the Laplace
+approximation's own error, so it is the bound of a well-initialised chain.
 :func:`predict_ess` plans the default run first (the noise and chain length the step would
 choose) from ``(ε, δ)``, the clip and a scale guess.
 """
@@ -82,16 +84,20 @@ def independence_acceptance(
     remainder_clip: float | None = None,
     coordinates: np.ndarray | None = None,
     row_blocks: np.ndarray | None = None,
+    offset: np.ndarray | None = None,
 ) -> float:
     """Mean acceptance of a ``t_df(0, Σ)`` independence proposal against ``N(0, Σ)`` with the
     penalty test's noise ``σ = 2 z T b_l ‖θ' − θ‖``: ``E min(1, w'/w · e^{ξ − σ²/2})``.
 
     With ``remainder_clip`` ``h`` the ratio is the centred one
-    (:class:`~pymc_dp.mechanisms.CentredLLRRelease`, centre at the mean, metric ``Σ^{1/2}``):
+    (:class:`~pymc_dp.mechanisms.CentredLLRRelease`, metric ``Σ^{1/2}``):
     ``σ = 2 z T h s(θ, θ')`` with the bound's scale ``s``
     (:class:`~pymc_dp.releases.RemainderScale`: on the likelihood's ``coordinates``, per
     group with ``row_blocks``; ``‖δ‖ (‖u‖ + ‖u'‖)/2`` in whitened coordinates without them),
-    and ``llr_clip`` is unused."""
+    and ``llr_clip`` is unused. ``offset`` is where the target and the proposal are centred
+    relative to the release's centre ``θ_c`` (``m̂ − θ_c``: the centre's noise tilts the
+    target's mode ``m̂`` away from ``θ_c``, and every bound grows with the distance from
+    ``θ_c``); default 0, the centre at the mean."""
     rng = np.random.default_rng(seed)
     d = covariance.shape[0]
     root = np.linalg.cholesky(covariance)
@@ -109,12 +115,13 @@ def independence_acceptance(
     else:
         kept = np.ones(d, dtype=bool) if coordinates is None else np.asarray(coordinates, bool)
         scale = RemainderScale(root, np.zeros(d), kept, row_blocks)
+        shift = np.zeros(d) if offset is None else np.asarray(offset, dtype=float)
         sigma = (
             2.0
             * noise_multiplier
             * temperature
             * remainder_clip
-            * scale(white @ root.T, proposal_white @ root.T)
+            * scale(shift + white @ root.T, shift + proposal_white @ root.T)
         )
     xi = rng.standard_normal(_SAMPLES) * sigma
     log_ratio = log_weight(proposal_white) - log_weight(white) + xi - 0.5 * sigma**2
@@ -135,11 +142,13 @@ def predict_penalty_ess(
     remainder_clip: float | None = None,
     coordinates: np.ndarray | None = None,
     row_blocks: np.ndarray | None = None,
+    offset: np.ndarray | None = None,
 ) -> ESSPrediction:
     """Effective draws of ``chains × draws`` DP-penalty draws with the independence mixture.
 
     With ``remainder_clip`` the step releases the centred ratio (see
-    :func:`independence_acceptance`, which takes ``coordinates`` and ``row_blocks``)."""
+    :func:`independence_acceptance`, which takes ``coordinates``, ``row_blocks`` and the
+    target's ``offset`` from the centre)."""
     a = independence_acceptance(
         noise_multiplier,
         llr_clip,
@@ -149,6 +158,7 @@ def predict_penalty_ess(
         remainder_clip=remainder_clip,
         coordinates=coordinates,
         row_blocks=row_blocks,
+        offset=offset,
     )
     moving = independence_probability * a
     ess = chains * draws * moving / (2.0 - moving)

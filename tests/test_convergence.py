@@ -68,11 +68,45 @@ def test_a_sampler_without_accept_reject_gets_advice_about_its_step_size():
     assert "sampling longer does not help" in with_test.summary()
 
 
-def normal_mean_step(seed: int, n: int, epsilon: float, **options: float) -> pymc_dp.DPPenalty:
-    """DPPenalty on a Normal-mean model, as PyMC's docs write one."""
+def test_a_constant_of_the_model_is_not_a_chain_that_never_moved():
+    """An LKJ correlation matrix's unit diagonal is the same in every draw: not a problem."""
+    rng = np.random.default_rng(5)
+    dims = ("chain", "draw")
+    corr = np.ones((4, 500, 2, 2))
+    corr[:, :, 0, 1] = corr[:, :, 1, 0] = np.tanh(rng.normal(size=(4, 500)))
+    posterior = xr.Dataset(
+        {
+            "mu": (dims, rng.normal(size=(4, 500))),
+            "corr": ((*dims, "i", "j"), corr),
+            "fixed": (dims, np.full((4, 500), 2.0)),  # a deterministic that is a constant
+        }
+    )
+    stats = xr.Dataset({"accepted": (dims, np.ones((4, 500), bool))})
+    groups = {"posterior": posterior, "sample_stats": stats}
+    check = check_convergence(groups, free_vars=["mu"])
+    assert check.converged, check
+    assert np.isfinite(check.rhat_max) and check.rhat_max < 1.02
+    # without the free variables' names: the diagonal is left out (its off-diagonal moved),
+    # a scalar that never moved is still a problem
+    without = check_convergence(groups)
+    assert not without.converged and without.rhat_max == np.inf
+    assert check_convergence({**groups, "posterior": posterior[["mu", "corr"]]}).converged
+    # a free variable that never moved, in every chain alike, is always a problem
+    stuck = posterior.assign(mu=(dims, np.zeros((4, 500))))
+    check = check_convergence({**groups, "posterior": stuck}, free_vars=["mu"])
+    assert not check.converged and check.rhat_max == np.inf
+
+
+def normal_mean_step(
+    seed: int, n: int, epsilon: float, constant: bool = False, **options: float
+) -> pymc_dp.DPPenalty:
+    """DPPenalty on a Normal-mean model, as PyMC's docs write one (``constant``: with a
+    deterministic one of whose entries is a constant)."""
     data = np.random.default_rng(seed).normal(1.0, 1.0, n)
     with pm.Model():
         mu = pm.Normal("mu", 0.0, 10.0)
+        if constant:
+            pm.Deterministic("mu_and_one", pm.math.stack([mu, pm.math.constant(1.0)]))
         pm.Normal("y", mu, 1.0, observed=data)
         budget = pymc_dp.PrivacyBudget(epsilon=epsilon, delta=1e-6)
         return pymc_dp.DPPenalty(budget=budget, **options)
@@ -89,10 +123,8 @@ def test_pymc_dp_sample_warns_and_the_report_says_so(capsys):
     assert "NOT CONVERGED" in capsys.readouterr().out.splitlines()[-1]
 
 
-def test_a_converged_release_raises_no_warning(capsys):
-    # small release noise and a well-scaled walk: bulk ESS 720–910 in three runs (the
-    # threshold is 100; an earlier setting at ESS ≈ 100 was flaky)
-    step = normal_mean_step(4, 400, 1e4, llr_clip=6.0, noise_multiplier=1.0, proposal_scale=0.12)
+def sample_without_warnings(step: pymc_dp.DPPenalty):
+    """4 chains of 2000 draws from μ = 1; a ConvergenceWarning is an error."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", pymc_dp.ConvergenceWarning)
         idata = pymc_dp.sample(
@@ -105,5 +137,25 @@ def test_a_converged_release_raises_no_warning(capsys):
             progressbar=False,
             compute_convergence_checks=False,
         )
+    return idata
+
+
+def test_a_converged_release_raises_no_warning(capsys):
+    # small release noise and a well-scaled walk: bulk ESS 720–910 in three runs (the
+    # threshold is 100; an earlier setting at ESS ≈ 100 was flaky)
+    step = normal_mean_step(4, 400, 1e4, llr_clip=6.0, noise_multiplier=1.0, proposal_scale=0.12)
+    idata = sample_without_warnings(step)
+    pymc_dp.privacy_report(idata)
+    assert capsys.readouterr().out.splitlines()[-1].startswith("convergence: no problem found")
+
+
+def test_pymc_dp_sample_leaves_a_constant_deterministic_out(capsys):
+    """``pymc_dp.sample`` names the free variables: a constant entry of a deterministic raises
+    no warning, and the report (draws only) leaves it out as its other entry moved."""
+    step = normal_mean_step(
+        6, 400, 1e4, constant=True, llr_clip=6.0, noise_multiplier=1.0, proposal_scale=0.12
+    )
+    idata = sample_without_warnings(step)
+    assert np.all(idata.posterior["mu_and_one"].values[..., 1] == 1.0)
     pymc_dp.privacy_report(idata)
     assert capsys.readouterr().out.splitlines()[-1].startswith("convergence: no problem found")

@@ -35,6 +35,47 @@ def test_the_predicted_acceptance_is_that_of_the_chain(z):
     assert predicted == pytest.approx(simulated_acceptance(z, 3.0, cov), abs=0.02)
 
 
+def simulated_centred_acceptance(z, h, cov, offset, steps=40_000):
+    """The same chain with the centred ratio's noise ``σ = 2 z h s(θ, θ')``, its bound measured
+    from a centre ``offset`` away from the target's (and the proposal's) mean."""
+    from pymc_dp.releases import RemainderScale
+
+    rng = np.random.default_rng(12)
+    d = cov.shape[0]
+    root = np.linalg.cholesky(cov)
+    q = IndependenceProposal(np.asarray(offset, float), root, df=7.0, probability=1.0)
+    target = stats.multivariate_normal(q.centre, cov)
+    scale = RemainderScale(root, np.zeros(d), np.ones(d, bool), None)
+    theta, accepted = q.centre.copy(), 0
+    for _ in range(steps):
+        new = q.sample(rng)
+        sigma = 2 * z * h * float(scale(theta, new))
+        log_ratio = target.logpdf(new) - target.logpdf(theta) + q.logpdf(theta) - q.logpdf(new)
+        log_ratio += rng.normal(0.0, sigma) - 0.5 * sigma**2
+        if np.log(rng.uniform()) < log_ratio:
+            theta, accepted = new, accepted + 1
+    return accepted / steps
+
+
+def test_the_centred_prediction_counts_the_targets_distance_from_the_centre():
+    """The centre's noise moves the target's mode m̂ off the centre θ_c, and every bound grows
+    with the distance from θ_c: the prediction takes the chain where it samples (issue 17)."""
+    cov = np.array([[4e-4, 1e-4], [1e-4, 1e-4]])
+    root = np.linalg.cholesky(cov)
+    at_centre = independence_acceptance(0.5, 1.0, cov, df=7.0, remainder_clip=1.0)
+    values = []
+    for whitened in (0.0, 3.0):
+        offset = root @ np.array([whitened, 0.0])
+        predicted = independence_acceptance(
+            0.5, 1.0, cov, df=7.0, remainder_clip=1.0, offset=offset
+        )
+        simulated = simulated_centred_acceptance(0.5, 1.0, cov, offset)
+        assert predicted == pytest.approx(simulated, abs=0.02)
+        values.append(predicted)
+    assert values[0] == pytest.approx(at_centre)
+    assert values[1] < 0.6 * values[0]  # three sds from the centre: far noisier releases
+
+
 def test_more_noise_buys_less_acceptance_and_the_ess_formula():
     cov = np.eye(3) * 1e-4
     values = [independence_acceptance(z, 2.0, cov) for z in (1.0, 30.0, 100.0, 300.0)]

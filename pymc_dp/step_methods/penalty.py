@@ -399,6 +399,8 @@ class DPPenalty(CentredSampling, DPStep):
             remainder_clip=None if centring is None else centring.remainder_clip,
             coordinates=self._channel.likelihood_coordinates,
             row_blocks=self._channel.row_blocks,
+            # the chains sample around the target's mode, the bounds grow from the centre
+            offset=None if centring is None else start.theta - centring.centre.theta,
         ).ess
 
     def _build_mechanisms(self, noise_scale: float | None) -> None:
