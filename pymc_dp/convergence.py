@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -48,7 +47,7 @@ class ConvergenceCheck:
 
     chains: int
     draws: int
-    rhat_max: float  # NaN for one chain
+    rhat_max: float  # NaN for one chain, or without draws
     ess_bulk_min: float
     acceptance: float  # NaN when the step records no acceptance
     diverging: float  # share of diverging iterations (0 when the step has none)
@@ -83,41 +82,45 @@ def _components(dataset: Any) -> list[tuple[str, np.ndarray]]:
     return parts
 
 
-def _diagnostics(
-    variables: list[tuple[str, np.ndarray]], free_vars: Collection[str] | None
-) -> tuple[float, float]:
+def _diagnostics(variables: list[tuple[str, np.ndarray]]) -> tuple[float, float]:
     """Largest R̂ and smallest bulk ESS over the components of ``(chains, draws, k)`` arrays.
 
-    A component equal in every draw of every chain is a constant of the model (the unit
-    diagonal of a correlation matrix, a fixed entry of a deterministic), not a chain that never
-    moved, when it is not part of a free variable: with ``free_vars`` (the model's free
-    variables) when its variable is not one of them, without it when another component of its
-    variable moved. Any other component that never moved counts as R̂ = ∞ and one effective
-    draw.
+    A component that is the same in every draw of every chain is a constant of the model (the
+    unit diagonal of a correlation matrix, a fixed entry of a deterministic or of an
+    ``LKJCorr`` value), not a stuck chain, when other chains started elsewhere could not
+    have agreed on it by chance: with several chains and some other component that moved, or
+    with another component of its own variable that moved. It is left out. Any other component
+    that never moved counts as R̂ = ∞ (several chains) and one effective draw. ``(nan, nan)``
+    when there is no component at all.
     """
     import arviz as az
 
-    rhat, ess = [], []
+    still = {}
     for name, draws in variables:
         if not np.all(np.isfinite(draws)):
             return math.inf, 0.0
         flat = draws.reshape(-1, draws.shape[2])
-        still = np.ptp(flat, axis=0) == 0.0 if flat.size else np.zeros(draws.shape[2], bool)
-        if free_vars is not None:
-            constant_of_model = name not in free_vars
-        else:
-            constant_of_model = not np.all(still)
+        still[name] = (
+            np.ptp(flat, axis=0) == 0.0 if flat.size else np.zeros(draws.shape[2], dtype=bool)
+        )
+    several_chains = bool(variables) and variables[0][1].shape[0] > 1
+    anything_moved = any(not np.all(flags) for flags in still.values())
+    rhat, ess = [], []
+    for name, draws in variables:
+        constant_of_model = (several_chains and anything_moved) or not np.all(still[name])
         for j in range(draws.shape[2]):
             x = draws[:, :, j]
-            if still[j]:
+            if still[name][j]:
                 if constant_of_model:
                     continue
                 rhat.append(math.inf if x.shape[0] > 1 else math.nan)
                 ess.append(1.0)
                 continue
             if x.shape[0] > 1:
-                rhat.append(float(az.rhat(x)))
-            ess.append(float(az.ess(x, method="bulk")))
+                value = float(az.rhat(x))  # a NaN would make max() depend on the order
+                rhat.append(math.inf if math.isnan(value) else value)
+            value = float(az.ess(x, method="bulk"))
+            ess.append(1.0 if math.isnan(value) else value)
     return (max(rhat) if rhat else math.nan), (min(ess) if ess else math.nan)
 
 
@@ -128,26 +131,36 @@ def check_convergence(
     ess_min: float = ESS_MIN,
     acceptance_min: float = ACCEPTANCE_MIN,
     diverging_max: float = DIVERGING_MAX,
-    free_vars: Collection[str] | None = None,
 ) -> ConvergenceCheck:
     """Diagnose the released draws of ``idata`` (InferenceData or DataTree).
 
-    A problem is reported when R̂ (rank-normalised split R̂, several chains only) exceeds
-    ``rhat_max``, the bulk ESS of some component is below ``ess_min``, the acceptance rate after
-    tuning is below ``acceptance_min``, or more than ``diverging_max`` of the iterations
-    diverged. Post-processing of the release: no privacy cost.
+    Post-processing of the release: no privacy cost.
 
-    ``free_vars`` (optional) names the model's free variables: a component of any other
-    variable (a deterministic) that is the same in every draw of every chain, such as the unit
-    diagonal of a correlation matrix from ``pm.LKJCholeskyCov``, is a constant of the model
-    and is left out. Without it, such a component is left out when another component of its
-    variable moved. A free variable's component that never moved is always a problem.
+    Parameters
+    ----------
+    idata : arviz.InferenceData or DataTree or mapping
+        A release with a ``posterior`` group (and ``sample_stats``, when the step records
+        ``accepted`` or ``diverging``).
+    rhat_max, ess_min, acceptance_min, diverging_max : float
+        A problem is reported when R̂ (rank-normalised split R̂, several chains only) exceeds
+        ``rhat_max``, the bulk ESS of some component is below ``ess_min``, the acceptance rate
+        after tuning is below ``acceptance_min``, or more than ``diverging_max`` of the
+        iterations diverged.
+
+    Returns
+    -------
+    ConvergenceCheck
+        The numbers and the problems found (none: ``converged``). A component that is the
+        same in every draw of every chain while others move (the unit diagonal of a
+        correlation matrix from ``pm.LKJCholeskyCov``) is a constant of the model and is left
+        out; chains that started apart cannot agree on a value they never left. A release with
+        no component at all is a problem.
     """
     posterior = group_dataset(idata, "posterior")
     stats = group_dataset(idata, "sample_stats")
     variables = _components(posterior)
     chains, n_draws = variables[0][1].shape[:2] if variables else (0, 0)
-    rhat, ess = _diagnostics(variables, None if free_vars is None else set(free_vars))
+    rhat, ess = _diagnostics(variables)
     acceptance = math.nan
     diverging = 0.0
     accept_reject = stats is None or "accepted" in stats.data_vars
@@ -156,6 +169,8 @@ def check_convergence(
     if stats is not None and "diverging" in stats.data_vars:
         diverging = float(np.mean(stats["diverging"].values))
     problems = []
+    if math.isnan(ess):
+        problems.append("the posterior has no draws to diagnose")
     if diverging > diverging_max:
         problems.append(f"{diverging:.0%} of the iterations diverged")
     if acceptance < acceptance_min:

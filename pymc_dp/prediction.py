@@ -116,6 +116,10 @@ def independence_acceptance(
         kept = np.ones(d, dtype=bool) if coordinates is None else np.asarray(coordinates, bool)
         scale = RemainderScale(root, np.zeros(d), kept, row_blocks)
         shift = np.zeros(d) if offset is None else np.asarray(offset, dtype=float)
+        if shift.shape != (d,):
+            raise InvalidParameterError(
+                f"offset must have one entry per parameter, shape ({d},); got {shift.shape}."
+            )
         sigma = (
             2.0
             * noise_multiplier

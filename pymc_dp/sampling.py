@@ -159,8 +159,7 @@ def sample(
         )
     # drops observed_data / constant_data / log_likelihood and labels the release
     release = attach_privacy_metadata(idata, step, chains=chains, tune=n_tune, draws=n_draws)
-    # post-processing of the release: free
-    check = check_convergence(release, free_vars=[rv.name for rv in model.free_RVs])
+    check = check_convergence(release)  # post-processing of the release: free
     if not check.converged:
         warnings.warn(check.summary(), ConvergenceWarning, stacklevel=2)
     return release

@@ -82,19 +82,45 @@ def test_a_constant_of_the_model_is_not_a_chain_that_never_moved():
         }
     )
     stats = xr.Dataset({"accepted": (dims, np.ones((4, 500), bool))})
-    groups = {"posterior": posterior, "sample_stats": stats}
-    check = check_convergence(groups, free_vars=["mu"])
+    check = check_convergence({"posterior": posterior, "sample_stats": stats})
     assert check.converged, check
     assert np.isfinite(check.rhat_max) and check.rhat_max < 1.02
-    # without the free variables' names: the diagonal is left out (its off-diagonal moved),
-    # a scalar that never moved is still a problem
-    without = check_convergence(groups)
-    assert not without.converged and without.rhat_max == np.inf
-    assert check_convergence({**groups, "posterior": posterior[["mu", "corr"]]}).converged
-    # a free variable that never moved, in every chain alike, is always a problem
-    stuck = posterior.assign(mu=(dims, np.zeros((4, 500))))
-    check = check_convergence({**groups, "posterior": stuck}, free_vars=["mu"])
-    assert not check.converged and check.rhat_max == np.inf
+
+
+def test_what_never_moved_is_still_a_problem():
+    rng = np.random.default_rng(6)
+    dims = ("chain", "draw")
+    stats = xr.Dataset({"accepted": (dims, np.ones((4, 500), bool))})
+
+    def check(**variables):
+        posterior = xr.Dataset({k: ((*dims, "k")[: v.ndim], v) for k, v in variables.items()})
+        return check_convergence({"posterior": posterior, "sample_stats": stats})
+
+    moving = rng.normal(size=(4, 500))
+    # a component frozen in each chain, at the value that chain started from
+    frozen = np.stack([moving, np.repeat(rng.normal(size=(4, 1)), 500, axis=1)], axis=-1)
+    result = check(mu=frozen)
+    assert not result.converged and result.rhat_max > 1.5
+    # every chain at one value that none of them ever left
+    result = check(mu=np.zeros((4, 500)), sigma=np.ones((4, 500)))
+    assert not result.converged and result.rhat_max == np.inf
+    # one chain: a scalar that never moved (a constant entry beside one that moved is left out)
+    one = xr.Dataset(
+        {
+            "mu": (dims, moving[:1]),
+            "fixed": (dims, np.full((1, 500), 2.0)),
+            "corr": ((*dims, "k"), np.stack([moving[:1], np.ones((1, 500))], axis=-1)),
+        }
+    )
+    result = check_convergence({"posterior": one, "sample_stats": stats.isel(chain=[0])})
+    assert not result.converged and result.ess_bulk_min == 1.0
+    without_fixed = one.drop_vars("fixed")
+    assert check_convergence(
+        {"posterior": without_fixed, "sample_stats": stats.isel(chain=[0])}
+    ).converged
+    # a release without draws is not a clean one
+    empty = check_convergence({"posterior": xr.Dataset(), "sample_stats": stats})
+    assert not empty.converged and "no draws" in empty.summary()
 
 
 def normal_mean_step(
@@ -107,6 +133,7 @@ def normal_mean_step(
         mu = pm.Normal("mu", 0.0, 10.0)
         if constant:
             pm.Deterministic("mu_and_one", pm.math.stack([mu, pm.math.constant(1.0)]))
+            pm.Deterministic("one", pm.math.constant(1.0))
         pm.Normal("y", mu, 1.0, observed=data)
         budget = pymc_dp.PrivacyBudget(epsilon=epsilon, delta=1e-6)
         return pymc_dp.DPPenalty(budget=budget, **options)
@@ -150,12 +177,13 @@ def test_a_converged_release_raises_no_warning(capsys):
 
 
 def test_pymc_dp_sample_leaves_a_constant_deterministic_out(capsys):
-    """``pymc_dp.sample`` names the free variables: a constant entry of a deterministic raises
-    no warning, and the report (draws only) leaves it out as its other entry moved."""
+    """A constant deterministic, and a constant entry of one, raise no warning from
+    ``pymc_dp.sample`` and no problem in the privacy report."""
     step = normal_mean_step(
         6, 400, 1e4, constant=True, llr_clip=6.0, noise_multiplier=1.0, proposal_scale=0.12
     )
     idata = sample_without_warnings(step)
     assert np.all(idata.posterior["mu_and_one"].values[..., 1] == 1.0)
+    assert np.all(idata.posterior["one"].values == 1.0)
     pymc_dp.privacy_report(idata)
     assert capsys.readouterr().out.splitlines()[-1].startswith("convergence: no problem found")

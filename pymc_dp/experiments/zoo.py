@@ -603,6 +603,81 @@ def _lognormal_build(data: dict[str, np.ndarray]) -> pm.Model:
     return model
 
 
+# ---------------------------------------------------------------- median regression
+
+_MEDIAN = {"alpha": 1.0, "beta": np.array([1.5, -0.8, 0.4])}
+
+
+def _median_simulate(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    X = _design(n, 3, rng)
+    noise = rng.standard_t(3, size=n)  # heavy tails, median 0
+    return {"X": X, "y": _MEDIAN["alpha"] + X @ _MEDIAN["beta"] + noise}
+
+
+def _median_build(data: dict[str, np.ndarray]) -> pm.Model:
+    """Quantile regression at q = 0.5 (a likelihood with a kink at each row's median)."""
+    coords = _obs_coords(len(data["y"]), predictor=_PREDICTORS)
+    with pm.Model(coords=coords) as model:
+        X = pm.Data("X", data["X"], dims=("obs_id", "predictor"))
+        alpha = pm.Normal("alpha", mu=0, sigma=10)
+        beta = pm.Normal("beta", mu=0, sigma=10, dims="predictor")
+        b = pm.HalfNormal("b", sigma=5)
+        mu = alpha + pm.math.dot(X, beta)
+        pm.AsymmetricLaplace("y", mu=mu, b=b, kappa=1.0, observed=data["y"], dims="obs_id")
+    return model
+
+
+# ---------------------------------------------------------------- spline regression
+
+_KNOTS = np.array([2.0, 4.0, 6.0, 8.0])
+_SPLINE = {"w": np.array([0.5, 0.8, -1.6, 1.5, -1.2, 0.6]), "sigma": 0.3}
+
+
+def _spline_basis(x: np.ndarray) -> np.ndarray:
+    """A linear spline's truncated power basis ``[1, x, (x − k)₊ …]``: strongly collinear."""
+    return np.column_stack([np.ones_like(x), x] + [np.clip(x - k, 0.0, None) for k in _KNOTS])
+
+
+def _spline_simulate(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.uniform(0.0, 10.0, size=n)
+    y = _spline_basis(x) @ _SPLINE["w"] + _SPLINE["sigma"] * rng.normal(size=n)
+    return {"B": _spline_basis(x), "y": y}
+
+
+def _spline_build(data: dict[str, np.ndarray]) -> pm.Model:
+    coords = _obs_coords(len(data["y"]), basis=np.arange(data["B"].shape[1]))
+    with pm.Model(coords=coords) as model:
+        B = pm.Data("B", data["B"], dims=("obs_id", "basis"))
+        w = pm.Normal("w", mu=0, sigma=5, dims="basis")
+        sigma = pm.HalfNormal("sigma", sigma=1)
+        pm.Normal("y", mu=pm.math.dot(B, w), sigma=sigma, observed=data["y"], dims="obs_id")
+    return model
+
+
+# ---------------------------------------------------------------- correlated outcomes (LKJ)
+
+_MV = {
+    "mu": np.array([0.0, 1.0, -1.0]),
+    "cov": np.array([[1.0, 0.5, 0.2], [0.5, 2.0, 0.3], [0.2, 0.3, 1.5]]),
+}
+
+
+def _mv_simulate(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"y": rng.multivariate_normal(_MV["mu"], _MV["cov"], size=n)}
+
+
+def _mv_build(data: dict[str, np.ndarray]) -> pm.Model:
+    """Three correlated outcomes per row, LKJ prior on their correlation (PyMC's LKJ example)."""
+    coords = _obs_coords(len(data["y"]), outcome=["a", "b", "c"])
+    with pm.Model(coords=coords) as model:
+        chol, _, _ = pm.LKJCholeskyCov(
+            "chol", n=3, eta=2.0, sd_dist=pm.Exponential.dist(1.0, shape=3), compute_corr=True
+        )
+        mu = pm.Normal("mu", mu=0, sigma=5, dims="outcome")
+        pm.MvNormal("y", mu=mu, chol=chol, observed=data["y"], dims=("obs_id", "outcome"))
+    return model
+
+
 ZOO: dict[str, ZooModel] = {
     m.name: m
     for m in [
@@ -741,6 +816,27 @@ ZOO: dict[str, ZooModel] = {
             _lognormal_simulate,
             _lognormal_build,
             _LOGNORMAL,
+        ),
+        ZooModel(
+            "median_regression",
+            "Median regression (AsymmetricLaplace, Student-t errors; a kink per row)",
+            _median_simulate,
+            _median_build,
+            _MEDIAN,
+        ),
+        ZooModel(
+            "spline",
+            "Linear spline regression (truncated power basis, 4 knots; collinear columns)",
+            _spline_simulate,
+            _spline_build,
+            _SPLINE,
+        ),
+        ZooModel(
+            "mv_normal_lkj",
+            "Correlated outcomes (MvNormal, LKJCholeskyCov, 3 outcomes per row)",
+            _mv_simulate,
+            _mv_build,
+            {"mu": _MV["mu"]},
         ),
     ]
 }

@@ -50,6 +50,9 @@ EXPECTED_D = {
     "categorical": 6,
     "zero_inflated_poisson": 3,
     "lognormal": 5,
+    "median_regression": 5,
+    "spline": 7,
+    "mv_normal_lkj": 9,
 }
 # models pymc_dp refuses as PyMC's docs write them: the error and a phrase of its message
 REFUSED = {"ordinal": (pymc_dp.PrivacyLeakError, "compute_p=False")}
@@ -68,8 +71,10 @@ def test_the_zoo_has_the_models_of_the_issue():
 
 
 # rows where the Laplace reference is checked: 85 unequal counties need more rows than 2000
-# for it (at 2000 its importance weights kept 59 of 1000 draws, at 2·10⁴ 671)
-REFERENCE_ROWS = {"radon_counties": 20_000}
+# for it (at 2000 its importance weights kept 59 of 1000 draws, at 2·10⁴ 671), and so does the
+# median regression, whose curvature comes from the kinks a finite difference crosses (its
+# importance weights kept 168 of 1000 draws at 2·10⁴ rows, 339 at 10⁵)
+REFERENCE_ROWS = {"radon_counties": 20_000, "median_regression": 100_000}
 
 
 @pytest.mark.parametrize("name", list(ZOO))
