@@ -110,11 +110,10 @@ def _diagnostics(variables: list[tuple[str, np.ndarray]]) -> tuple[float, float]
         constant_of_model = (several_chains and anything_moved) or not np.all(still[name])
         for j in range(draws.shape[2]):
             x = draws[:, :, j]
-            if still[name][j]:
-                if constant_of_model:
-                    continue
-                rhat.append(math.inf if x.shape[0] > 1 else math.nan)
-                ess.append(1.0)
+            if still[name][j]:  # a stuck chain counts, a constant of the model does not
+                if not constant_of_model:
+                    rhat.append(math.inf if x.shape[0] > 1 else math.nan)
+                    ess.append(1.0)
                 continue
             if x.shape[0] > 1:
                 value = float(az.rhat(x))  # a NaN would make max() depend on the order
