@@ -101,20 +101,19 @@ class ReleaseCounter:
         self.released: collections.Counter[PrivacyCost] = collections.Counter()
         self.allowed: collections.Counter[PrivacyCost] = collections.Counter()
         self.limited = False
-
-    @staticmethod
-    def _gaussian_mu(events: collections.Counter[PrivacyCost]) -> float:
-        return sum(k * (e.gaussian_mu() or 0.0) for e, k in events.items() if e.is_gaussian())
+        # the Gaussian totals, kept as the counters grow: every release checks against them
+        self._released_mu = 0.0
+        self._allowed_mu = 0.0
 
     @property
     def mu(self) -> float:
         """Total Gaussian PLD parameter released in this chain."""
-        return self._gaussian_mu(self.released)
+        return self._released_mu
 
     @property
     def allowed_mu(self) -> float:
         """Total Gaussian PLD parameter the reservations cover."""
-        return self._gaussian_mu(self.allowed)
+        return self._allowed_mu
 
     def total(self) -> int:
         """Number of releases in this chain."""
@@ -125,22 +124,32 @@ class ReleaseCounter:
         self.limited = True
         for atom, count in cost.atoms():
             self.allowed[atom] += count * int(iterations)
+            atom_mu = atom.gaussian_mu()
+            if atom_mu is not None:
+                self._allowed_mu += count * int(iterations) * atom_mu
 
     def record(self, event: PrivacyCost) -> None:
         """Count one release of ``event``; raise first if the reservations do not cover it."""
-        if self.limited and not self._covered(event):
-            raise BudgetExceededError(
-                f"A release ({event.describe()}) that this chain's reservation in the privacy "
-                "ledger does not cover: the step's privacy parameters no longer match what it "
-                "reserved. Nothing was read. Privacy parameters cannot change after a step is "
-                "built: build a new step."
+        event_mu = event.gaussian_mu()
+        gaussian = event_mu is not None
+        mu = self._released_mu + event_mu if gaussian else self._released_mu
+        if self.limited:
+            covered = (
+                mu <= self._allowed_mu * (1.0 + _MU_SLACK) if gaussian else self._covered(event)
             )
+            if not covered:
+                raise BudgetExceededError(
+                    f"A release ({event.describe()}) that this chain's reservation in the "
+                    "privacy ledger does not cover: the step's privacy parameters no longer match "
+                    "what it reserved. Nothing was read. Privacy parameters cannot change after a "
+                    "step is built: build a new step."
+                )
         self.released[event] += 1
+        self._released_mu = mu
 
     def _covered(self, event: PrivacyCost) -> bool:
-        if event.is_gaussian():
-            mu = self.mu + event.gaussian_mu()
-            return mu <= self.allowed_mu * (1.0 + _MU_SLACK)
+        """Whether a release of the non-Gaussian ``event`` fits, counted against the reserved
+        events that cover it."""
         slots = [a for a in self.allowed if not a.is_gaussian() and a.covers(event)]
         used = sum(k for e, k in self.released.items() if any(a.covers(e) for a in slots))
         return used + 1 <= sum(self.allowed[a] for a in slots)
@@ -214,6 +223,12 @@ class PrivateChannel:
         """``d × k`` orthonormal directions of ``θ`` along which no row's log-likelihood
         changes, for any data (an intercept beside free group offsets); public: the graph."""
         return self._oracle.likelihood_flat_directions.copy()
+
+    @property
+    def likelihood_has_kinks(self) -> bool:
+        """Whether a row's log-likelihood has a kink or a jump in ``θ`` (Laplace errors, an
+        absolute value of the parameters and the row); public: found on made-up rows."""
+        return self._oracle.likelihood_has_kinks
 
     @property
     def row_blocks(self) -> np.ndarray | None:

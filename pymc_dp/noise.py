@@ -40,6 +40,9 @@ GRID_BITS = 8
 _TWO64 = 2.0**64
 _TWO128 = 2.0**128
 _BLOCK = 4096  # bytes fetched from the bit source at a time
+#: Single Gaussian draws from OS entropy are made this many at a time, each handed out once
+#: (a ratio release per iteration then costs a list pop, not a scalar inverse CDF).
+_NORMAL_BLOCK = 256
 
 
 def snapping_grid(scale: float) -> float:
@@ -57,8 +60,11 @@ class _OSBits:
     def __init__(self) -> None:
         self._buffer = b""
         self._used = 0  # bytes of the buffer already handed out (never handed out again)
+        self._pid = os.getpid()
 
     def take(self, n: int) -> bytes:
+        if getattr(self, "_pid", None) != os.getpid():  # a forked copy: the parent has these
+            self.__init__()
         start = self._used
         if start + n > len(self._buffer):
             self._buffer, start = self._buffer[start:] + os.urandom(max(_BLOCK, n)), 0
@@ -66,7 +72,7 @@ class _OSBits:
         return self._buffer[start : start + n]
 
     def __getstate__(self) -> dict:
-        return {"_buffer": b"", "_used": 0}  # a copy draws its own bytes; none travel in a pickle
+        return {"_buffer": b"", "_used": 0, "_pid": -1}  # a copy draws its own; none travel
 
     @property
     def state(self) -> None:
@@ -127,6 +133,10 @@ class NoiseSource:
         else:
             self._bits = None
             self._pcg = np.random.Generator(np.random.PCG64(self._seq))
+        # single draws made ahead, OS entropy only (a seeded source's state is its counter),
+        # in the process that made them
+        self._ahead: list[float] | None = [] if isinstance(self._bits, _OSBits) else None
+        self._ahead_pid = os.getpid()
 
     @classmethod
     def for_chain(
@@ -143,6 +153,12 @@ class NoiseSource:
         digest = hashlib.sha256(repr(public_rng.bit_generator.state).encode()).digest()
         words = np.frombuffer(digest, dtype=np.uint32).tolist()
         return cls(np.random.SeedSequence([int(seed), *words]), secure=secure)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        if state.get("_ahead") is not None:
+            state["_ahead"] = []  # a copy draws its own; no draw travels in a pickle
+        return state
 
     def spawn(self, n: int) -> list[NoiseSource]:
         """Independent child sources (one per chain), reproducible iff this one is."""
@@ -181,13 +197,22 @@ class NoiseSource:
         """``N(0, 1)`` draws (inverse CDF of a 127-bit uniform and a sign bit when secure)."""
         if self._pcg is not None:
             return self._pcg.standard_normal(size)
-        if size is None:  # one draw (every ratio release): the same arithmetic on Python ints
+        if size is None and self._ahead is not None:  # one draw (every ratio release)
+            if self._ahead_pid != os.getpid():  # a forked copy: the parent's are not its own
+                self._ahead, self._ahead_pid = [], os.getpid()
+            if not self._ahead:  # reversed: popped from the end, handed out in order
+                self._ahead = self._normals(_NORMAL_BLOCK)[::-1].tolist()
+            return self._ahead.pop()
+        if size is None:  # a seeded source: the same arithmetic on Python ints, one at a time
             bits = self._bits.take(16)
             hi, lo = int.from_bytes(bits[:8], "little"), int.from_bytes(bits[8:], "little")
             u = float(hi & 0x7FFFFFFFFFFFFFFF) / _TWO64 + (float(lo) + 0.5) / _TWO128
             z = -float(ndtri(u))
             return -z if hi >> 63 else z
-        k = int(np.prod(size))
+        return self._normals(int(np.prod(size))).reshape(size)
+
+    def _normals(self, k: int) -> NDArray[np.float64]:
+        """``k`` draws ``±Φ⁻¹(u)`` from ``k`` × 128 bits (module docstring)."""
         words = self._uint64(2 * k)
         hi, lo = words[0::2], words[1::2]
         negative = (hi >> np.uint64(63)).astype(bool)
@@ -195,8 +220,7 @@ class NoiseSource:
         # u = (K + ½) / 2¹²⁸ for K uniform on [0, 2¹²⁷): on (0, ½), full relative precision
         u = magnitude.astype(float) / _TWO64 + (lo.astype(float) + 0.5) / _TWO128
         z = -ndtri(u)  # ≥ 0
-        z = np.where(negative, -z, z)
-        return float(z[0]) if size is None else z.reshape(size)
+        return np.where(negative, -z, z)
 
     def normal(self, scale: float | np.ndarray, size: int | None = None) -> float | np.ndarray:
         """Draw ``N(0, scale²)`` noise (not snapped: use :meth:`release` for a release)."""
@@ -231,7 +255,7 @@ class NoiseSource:
         ``η ≤ 2 · 10⁻¹⁴ · max(1, |Z|) / (g/σ) ≲ 10⁻¹¹ · max(1, |Z|)`` (docs: security.md). The
         rounding adds at most ``g/2 ≤ σ/512`` to the noise.
         """
-        shape = np.shape(value)
+        shape = () if isinstance(value, float) else np.shape(value)
         noisy = value + scale * self.standard_normal(shape or None)
         if not self.secure or scale == 0.0:
             return noisy

@@ -1092,6 +1092,7 @@ class RowLikelihood:
         )
         self._f_compact = None
         self._flat: np.ndarray | None = None  # likelihood_flat_directions, on first use
+        self._kinked: bool | None = None  # likelihood_has_kinks, on first use
         layout = self._compact_layout
         shared_first = layout.first[layout.shared]
 
@@ -1262,6 +1263,7 @@ class RowLikelihood:
         self.space.set_fixed_values(point)
         self.clear_cache()  # per-row values depend on the fixed values
         self._flat = None  # and which directions are flat may too (s·a + b at s = 1)
+        self._kinked = None
 
     def clear_cache(self) -> None:
         """Forget the per-row log-likelihoods kept for the ratio (call when public data change)."""
@@ -1825,20 +1827,7 @@ class RowLikelihood:
         if self.backend is not None or columns < 2:
             return none
         rng = np.random.default_rng(20240919)  # public
-        high = 2 if layout.groups.size == 0 else int(min(2, layout.groups.min()))
-        m = 256
-        rows = []
-        for r in self._rows:  # only the inputs' shapes and types: no value of the data
-            shape = (m, 1, *r.data.shape[1:]) if self._single_row_axis else (m, *r.data.shape[1:])
-            dtype = r.data.dtype
-            if dtype.kind == "f":
-                wide = rng.choice([-1.0, 1.0], shape) * 10.0 ** rng.uniform(-2.0, 2.0, shape)
-                narrow = rng.uniform(0.1, 0.9, shape)
-                rows.append(np.where(rng.random(shape) < 0.5, narrow, wide).astype(dtype))
-            elif dtype.kind == "b":
-                rows.append(rng.random(shape) < 0.5)
-            else:
-                rows.append(rng.integers(0, max(high, 1), shape).astype(dtype))
+        rows = self._made_up_rows(rng, 256)
         start = self.space.ravel(self._initial_point)
         found = []
         try:
@@ -1872,6 +1861,100 @@ class RowLikelihood:
             return none
         basis, sizes, _ = np.linalg.svd(np.array(directions).T, full_matrices=False)
         return basis[:, sizes > 1e-10 * sizes[0]]
+
+    def _made_up_rows(self, rng: np.random.Generator, m: int) -> list[np.ndarray]:
+        """``m`` made-up rows, shaped as the compiled per-row functions take them: floats
+        uniform in ``(0.1, 0.9)`` or of either sign and a magnitude from ``10⁻²`` to ``10²``
+        (half each); booleans; integers ``0`` or ``1`` (only ``0`` when a group-indexed
+        variable has one group: an index must stay in range). Only the data's shapes and
+        types are read, no value."""
+        high = (
+            2
+            if self._compact_layout.groups.size == 0
+            else int(min(2, self._compact_layout.groups.min()))
+        )
+        rows = []
+        for r in self._rows:
+            shape = (m, 1, *r.data.shape[1:]) if self._single_row_axis else (m, *r.data.shape[1:])
+            dtype = r.data.dtype
+            if dtype.kind == "f":
+                wide = rng.choice([-1.0, 1.0], shape) * 10.0 ** rng.uniform(-2.0, 2.0, shape)
+                narrow = rng.uniform(0.1, 0.9, shape)
+                rows.append(np.where(rng.random(shape) < 0.5, narrow, wide).astype(dtype))
+            elif dtype.kind == "b":
+                rows.append(rng.random(shape) < 0.5)
+            else:
+                rows.append(rng.integers(0, max(high, 1), shape).astype(dtype))
+        return rows
+
+    @property
+    def likelihood_has_kinks(self) -> bool:
+        """Whether a row's log-likelihood is not smooth in ``θ``: a kink or a jump where an
+        expression of the parameters and the row changes sign (Laplace or AsymmetricLaplace
+        errors, an absolute value, a max or a branch of the parameters and the row).
+
+        The centred ratio bounds each row's remainder at second order in the move (theory
+        §4.1); a row whose kink lies between two states has a first-order remainder. Public:
+        found on made-up rows (:meth:`_find_kinks`), computed once."""
+        if self._kinked is None:
+            self._kinked = self._find_kinks()
+        return self._kinked
+
+    def _find_kinks(self) -> bool:
+        """Second differences of made-up rows' log-likelihoods (:meth:`_made_up_rows`) along
+        random lines through points near PyMC's initial point, at the spacings ``h`` and
+        ``h/8`` (``h = 10⁻³``) on a grid of spacing ``h/8``: where a row's log-likelihood is
+        smooth they shrink 64 times from one to the other (as ``h²``), across a kink 8 to 16
+        times (as ``h``), across a jump not at all. A row counts as kinked when its largest
+        second difference at ``h`` is above rounding (``10⁻⁹`` of its values), less than 32
+        times its largest at ``h/8``, and that largest is a spike, over 1000 times the row's
+        median at ``h/8``: the slope jumps by more than the curvature changes the slope over a
+        move of ``10⁻¹``. So a kink of a formula's numerics (PyMC's ``normal_lcdf`` switches
+        between two expressions of one function, whose slopes differ by ``10⁻⁴``), the noise
+        of cancelling terms and a jump of the curvature alone (a Huber loss, whose remainders
+        stay of second order) do not count. Only on PyTensor's default backend (False
+        otherwise), and False when the made-up rows cannot be evaluated."""
+        if self.backend is not None:
+            return False
+        rng = np.random.default_rng(20241127)  # public
+        rows = self._made_up_rows(rng, 256)
+        start = self.space.ravel(self._initial_point)
+        d, fine, steps, half = self.ndim, 1.25e-4, 8, 400  # grid spacing, h = 8 · spacing
+        offsets = fine * np.arange(-half, half + 1)
+        try:
+            for _ in range(3):
+                direction = rng.normal(size=d)
+                direction /= np.sqrt(direction @ direction)
+                centre = start + rng.normal(0.0, 0.1, d)
+                with np.errstate(all="ignore"):
+                    values = np.stack(
+                        [
+                            np.asarray(
+                                self._f_loglik(self.space.as_theta(centre + t * direction), *rows),
+                                dtype=float,
+                            )
+                            for t in offsets
+                        ]
+                    )
+                values = values[:, np.all(np.isfinite(values), axis=0)]
+                if values.shape[1] == 0:
+                    continue
+                inner = slice(steps, values.shape[0] - steps)
+                at_h = np.abs(values[2 * steps :] - 2 * values[inner] + values[: -2 * steps])
+                at_fine = np.abs(
+                    values[inner.start + 1 : inner.stop + 1]
+                    - 2 * values[inner]
+                    + values[inner.start - 1 : inner.stop - 1]
+                )
+                largest_h, largest_fine = at_h.max(axis=0), at_fine.max(axis=0)
+                above_rounding = largest_h > 1e-9 * (1.0 + np.abs(values).max(axis=0))
+                first_order = largest_h < 32.0 * largest_fine
+                spike = largest_fine > 1e3 * np.median(at_fine, axis=0)
+                if np.any(above_rounding & first_order & spike):
+                    return True
+        except Exception:  # made-up rows this model cannot evaluate: nothing found
+            return False
+        return False
 
     def _flat_pair(self, k: int, j: int) -> list[np.ndarray]:
         """The directions two identical compact columns ``k``, ``j`` make flat."""

@@ -287,9 +287,9 @@ class ParameterSpace:
         rejection (a divergence for HMC), decided without reading data.
         """
         theta = np.asarray(theta)
-        if not np.all(np.isfinite(theta)):
+        if not np.isfinite(theta).all():
             return False
-        return not self._support_messages or bool(np.all(self._public_values(theta)[3]))
+        return not self._support_messages or bool(self._public_values(theta)[3].all())
 
     def check_start(self, theta: np.ndarray) -> None:
         """Refuse a chain's starting point that is non-finite or outside the support.

@@ -112,7 +112,11 @@ class RemainderScale:
         eye = np.broadcast_to(np.eye(blocks.shape[1]), factors.shape)
         self._inverse = np.linalg.solve(factors, eye)  # (groups, m, m), lower triangular
         # one block (no groups): a plain product per point, the chain's per-iteration path
-        self._single = (self._inverse[0], blocks[0]) if blocks.shape[0] == 1 else None
+        self._single = None
+        if blocks.shape[0] == 1:
+            kept = blocks[0]
+            every = np.array_equal(kept, np.arange(self.centre.size))  # all, in order: no gather
+            self._single = (self._inverse[0], None if every else kept, self.centre[kept])
 
     def whiten(self, theta: np.ndarray) -> np.ndarray:
         """``u`` for each block: ``(..., groups, m)`` for points ``(..., d)``."""
@@ -134,9 +138,12 @@ class RemainderScale:
     def __call__(self, theta: np.ndarray, theta_new: np.ndarray) -> np.ndarray | float:
         """``max_j ‖δ_j‖ (‖u_j‖ + ‖u'_j‖)/2`` for one pair (a float) or stacked pairs."""
         if self._single is not None and np.ndim(theta) == 1:
-            inverse, kept = self._single
-            u = inverse @ (np.asarray(theta, dtype=float)[kept] - self.centre[kept])
-            u_new = inverse @ (np.asarray(theta_new, dtype=float)[kept] - self.centre[kept])
+            inverse, kept, centre = self._single
+            theta, theta_new = np.asarray(theta, dtype=float), np.asarray(theta_new, dtype=float)
+            if kept is not None:
+                theta, theta_new = theta[kept], theta_new[kept]
+            u = inverse @ (theta - centre)
+            u_new = inverse @ (theta_new - centre)
             step = u_new - u
             # Euclidean norms as √(v·v): np.linalg.norm's dispatch costs more than the sums
             return math.sqrt(step @ step) * 0.5 * (math.sqrt(u @ u) + math.sqrt(u_new @ u_new))

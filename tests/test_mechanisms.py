@@ -82,6 +82,40 @@ def test_the_counter_refuses_a_release_its_reservation_does_not_cover():
         counter.record(weaker)  # less noise: μ 0.5 > the 0.375 reserved
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_the_counters_gaussian_totals_are_the_sums_of_what_it_counted(seed):
+    # μ released and μ allowed are kept as running totals (every release checks against them):
+    # after any mix of reservations and releases they are the sums over the counted events,
+    # and a release is refused exactly when the released μ would pass the allowed μ
+    rng = np.random.default_rng(seed)
+    events = [GaussianCost.from_noise_multiplier(z) for z in (0.7, 1.3, 2.0)]
+    events.append(compose(events[0], (events[2], 3)))  # a composed iteration
+    subsampled = SubsampledGaussianCost(2.0, 0.1)  # counted by number, never in μ
+    events.append(subsampled)
+    counter, refused = ReleaseCounter(), 0
+    for _ in range(300):
+        event = events[rng.integers(len(events))]
+        if rng.uniform() < 0.3:
+            counter.allow(event, int(rng.integers(1, 4)))
+        else:
+            if event is subsampled:
+                fits = counter.released[subsampled] < counter.allowed[subsampled]
+            else:
+                fits = counter.mu + event.gaussian_mu() <= counter.allowed_mu * (1 + 1e-9)
+            if fits or not counter.limited:  # before the first reservation: only counted
+                counter.record(event)
+            else:
+                with pytest.raises(BudgetExceededError):
+                    counter.record(event)
+                refused += 1
+        released = sum(k * (e.gaussian_mu() or 0.0) for e, k in counter.released.items())
+        allowed = sum(k * (e.gaussian_mu() or 0.0) for e, k in counter.allowed.items())
+        assert counter.mu == pytest.approx(released, rel=1e-12)
+        assert counter.allowed_mu == pytest.approx(allowed, rel=1e-12)
+    assert counter.total() > 50 and refused > 10  # the mix both released and refused
+    assert counter.released[subsampled] > 0
+
+
 def test_subsampled_releases_are_covered_by_count_and_noise():
     counter = ReleaseCounter()
     reserved = SubsampledGaussianCost(2.0, 0.1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -149,8 +151,56 @@ def test_a_pickled_source_carries_no_secret_bytes():
 
     source = NoiseSource()
     source.standard_normal(3)  # fills the buffer
+    source.standard_normal()  # and the single draws made ahead
     copy = pickle.loads(pickle.dumps(source))
     assert copy._bits._buffer == b"" and len(pickle.dumps(source)) < 2000
+    assert copy._ahead == [] and len(source._ahead) > 0
+    # the copy draws its own: none of the original's draws made ahead comes out of it
+    assert not set(copy.standard_normal() for _ in range(50)) & set(source._ahead)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_forked_process_never_hands_out_its_parents_draws():
+    # the draws made ahead and the bytes fetched ahead are the parent's: a forked child (a
+    # worker of a forking pool) draws its own
+    source = NoiseSource()
+    source.standard_normal()  # fills both buffers in the parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next draws and bytes, to the parent, then exit at once
+        try:
+            child = [source.standard_normal() for _ in range(20)]
+            os.write(write, np.array(child).tobytes() + source._bits.take(64))
+        finally:
+            os._exit(0)
+    os.close(write)
+    received = b""
+    while chunk := os.read(read, 4096):
+        received += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    child_draws, child_bytes = np.frombuffer(received[:160]), received[160:]
+    parent_draws = [source.standard_normal() for _ in range(20)]
+    assert len(child_bytes) == 64
+    assert not set(child_draws.tolist()) & set(parent_draws)
+    assert child_bytes != source._bits.take(64)
+
+
+def test_single_draws_from_os_entropy_are_the_array_draws_of_the_same_bytes(monkeypatch):
+    # single draws are made ahead in blocks: each is handed out once, in order, none skipped
+    def stream():
+        rng = np.random.default_rng(4)
+        return lambda n: rng.bytes(n)
+
+    monkeypatch.setattr(noise_module.os, "urandom", stream())
+    single = [NoiseSource().standard_normal()]
+    source = NoiseSource()
+    single += [source.standard_normal() for _ in range(699)]  # crosses two refills
+    monkeypatch.setattr(noise_module.os, "urandom", stream())
+    first = NoiseSource().standard_normal(1)
+    expected = np.concatenate([first, NoiseSource().standard_normal(699)])
+    assert all(isinstance(z, float) for z in single)
+    np.testing.assert_array_equal(single, expected)
 
 
 def test_a_scalar_release_is_the_array_release_of_the_same_bits():

@@ -166,6 +166,32 @@ def test_the_steps_prediction_counts_its_modes_distance_from_the_centre():
     assert step.predicted_ess() < 0.1 * at_centre
 
 
+def test_dphmc_counts_its_modes_distance_from_the_centre():
+    """DPHMC's noise excess, and so its prediction, is taken where its chains sample: the
+    centred bounds of states around the tilted target's mode, measured from the centre."""
+    with linear_model(20_000, seed=2):
+        step = pymc_dp.DPHMC(budget=pymc_dp.PrivacyBudget(1.0, 1e-6), noise_rng=2, rng=2)
+        tune, draws = step.prepare(chains=2)
+        step.plan(tune=tune, draws=draws, chains=2)
+    start, centring = step.private_start, step._centring
+    root = np.tril(centring.metric)
+    whitened = np.linalg.solve(root, start.theta - centring.centre.theta)
+    assert np.linalg.norm(whitened) > 3  # these seeds: the mode several sd from the centre
+    # the typical offset bound: √(d + ‖o‖²) at the mode, √d at the centre (all coordinates
+    # are the likelihood's, no groups)
+    d = whitened.size
+    at_mode = step._typical_bounds(root, centring.centre.theta, mode=start.theta)
+    at_centre = step._typical_bounds(root, centring.centre.theta)
+    np.testing.assert_allclose(at_centre[0], np.sqrt(d), rtol=0.05)
+    np.testing.assert_allclose(at_mode[0], np.sqrt(d + whitened @ whitened), rtol=0.05)
+    excess = step.noise_excess()
+    z_centre, _ = step._centred_noise_multipliers(centring.remainder_clip, at_centre)
+    assert excess == pytest.approx(
+        step.grad_noise_multiplier / z_centre * at_mode[0] / at_centre[0]
+    )
+    assert step.predicted_ess() < 50  # warned before sampling
+
+
 def test_sample_warns_when_the_centre_noise_tilts_the_target_by_more_than_a_sd():
     # n = 2·10⁴ at ε = 0.5: the stated shift is 3.2–8.9 sd (predicted 3.3), above 1 for any
     # public seed; random_seed fixes the initialisation's designs, noise_rng its noise

@@ -797,7 +797,10 @@ class Reservation:
         BudgetExceededError
             If the total would exceed the reservation: reserve more before reading more data.
         """
-        k = check_int(iterations, "iterations", minimum=0)
+        if type(iterations) is int and iterations >= 0:  # every iteration of a chain: 1
+            k = iterations
+        else:
+            k = check_int(iterations, "iterations", minimum=0)
         if self.spent + k > self.iterations:
             raise BudgetExceededError(
                 f"reservation {self.id} ({self.mechanism}) covers {self.iterations} iterations "

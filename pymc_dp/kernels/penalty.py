@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -50,13 +51,20 @@ class PenaltyState(NamedTuple):
     directions: np.ndarray
 
 
-class IndependenceProposal(NamedTuple):
+@dataclass(frozen=True, eq=False)
+class IndependenceProposal:
     """Multivariate t proposal ``θ' = m + L t``, ``t ~ t_ν(0, I)``, drawn with probability ``p``."""
 
     centre: np.ndarray  # m
     root: np.ndarray  # L, lower triangular (the scale matrix is L Lᵀ)
     df: float = 7.0  # ν
     probability: float = 0.5  # p
+    # L⁻¹, once: every independence proposal evaluates log q twice
+    _inverse_root: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        root = np.asarray(self.root, dtype=float)
+        object.__setattr__(self, "_inverse_root", np.linalg.solve(root, np.eye(root.shape[0])))
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
         d = self.centre.size
@@ -64,18 +72,14 @@ class IndependenceProposal(NamedTuple):
         return self.centre + self.root @ rng.standard_normal(d) * np.sqrt(self.df / chi)
 
     def logpdf(self, theta: np.ndarray) -> float:
-        """``log q(θ)`` up to a constant (the constant cancels in the Hastings ratio)."""
-        return float(self._log_kernels(np.asarray(theta)[:, None])[0])
+        """``log q(θ) = −(ν + d)/2 · log(1 + ‖L⁻¹(θ − m)‖²/ν)`` up to a constant (the constant
+        cancels in the Hastings ratio)."""
+        z = self._inverse_root @ (np.asarray(theta, dtype=float) - self.centre)
+        return -0.5 * (self.df + self.centre.size) * math.log1p(float(z @ z) / self.df)
 
     def log_ratio(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
-        """``log q(θ) − log q(θ')``, the Hastings term of an independence proposal (one solve)."""
-        first, second = self._log_kernels(np.stack([theta, theta_new], axis=1))
-        return float(first - second)
-
-    def _log_kernels(self, points: np.ndarray) -> np.ndarray:
-        """``−(ν + d)/2 · log(1 + ‖L⁻¹(θ − m)‖²/ν)`` for each column ``θ`` of ``points``."""
-        z = np.linalg.solve(self.root, points - self.centre[:, None])
-        return -0.5 * (self.df + self.centre.size) * np.log1p(np.einsum("ij,ij->j", z, z) / self.df)
+        """``log q(θ) − log q(θ')``, the Hastings term of an independence proposal."""
+        return self.logpdf(theta) - self.logpdf(theta_new)
 
 
 class PenaltyParams(NamedTuple):

@@ -7,6 +7,8 @@ other.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = ["DualAverage", "MassWindows", "ScaleAdaptation"]
@@ -126,4 +128,4 @@ class ScaleAdaptation:
     @property
     def factor(self) -> float:
         """Multiplier of the user's proposal scale."""
-        return float(np.exp(self.log_factor))
+        return math.exp(self.log_factor)

@@ -349,6 +349,10 @@ class DPStep(BlockedStep):
         whose private start is already in the bulk tune less)."""
         return 0.5
 
+    def _before_preparing(self) -> None:
+        """Public checks when the step is first prepared, before anything reads the data
+        (warnings about what the model's graph shows)."""
+
     def _refine_initialization(self) -> bool:
         """Whether the default initialisation may refine the mode (a second reservation)."""
         return True
@@ -381,6 +385,7 @@ class DPStep(BlockedStep):
         n_chains = chains
         if isinstance(n_chains, bool) or not isinstance(n_chains, int | np.integer) or chains < 1:
             raise InvalidParameterError(f"chains must be a positive integer, got {chains!r}.")
+        self._before_preparing()
         start = None
         share = DEFAULT_INIT_SHARE if self.init_share is None else self.init_share
         if share:
@@ -463,7 +468,10 @@ class DPStep(BlockedStep):
 
     def __getstate__(self) -> dict[str, Any]:
         self._check_published_deterministics()
-        return super().__getstate__()
+        state = dict(super().__getstate__())  # a copy: object's is the live __dict__
+        if "_last_step" in state:  # the last point returned: a shortcut of this process only
+            state["_last_step"] = None
+        return state
 
     @property
     def counter(self) -> ReleaseCounter:
@@ -602,6 +610,9 @@ class DPStep(BlockedStep):
         self._last_reported = None
         self._reservations: list = []  # the chain's ledger reservations, oldest first
         self._reserved = 0
+        self._chain_mu: float | None = None  # μ per iteration once reserved (uniform Gaussian)
+        # the point the last iteration returned, its arrays and the chain's state there
+        self._last_step: tuple[dict, dict, np.ndarray] | None = None
         self._iteration = 0
         self._reset_adaptation()
 
@@ -638,6 +649,10 @@ class DPStep(BlockedStep):
         for cost, count in parts:
             self.counter.allow(cost, count)
         self._reserved += wanted
+        # what every iteration's stats report, fixed with the reservation (the cost cannot
+        # change: the counter refuses a release the reservation does not cover)
+        mu = self.cost.gaussian_mu() if self.uniform_cost else None
+        self._chain_mu = mu if mu is not None and mu > 0 else None
 
     def _iterations_that_fit(self, start: int) -> int:
         """How many more iterations from this chain's iteration ``start`` the budget allows."""
@@ -657,8 +672,12 @@ class DPStep(BlockedStep):
     # ---------------------------------------------------------------- PyMC step
 
     def step(self, point: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[dict]]:
-        given = self.space.ravel(self._sampled_point(point))
-        theta = self._chain_theta(given)
+        last = self._last_step  # None before a chain's first iteration (_setup_chain)
+        if last is not None and point is last[0] and self._unchanged(point, last[1]):
+            theta = last[2]  # the state the last iteration ended in, not re-read
+        else:
+            given = self.space.ravel(self._sampled_point(point))
+            theta = self._chain_theta(given)
         if self._iteration >= self._reserved:
             if not self.prepared:
                 self._prepare_in_chain()
@@ -678,8 +697,20 @@ class DPStep(BlockedStep):
         self._spend_iteration()
         stats.update(self._spent(self._iteration))
         stats = {name: stats[name] for name in self.stats_dtypes_shapes}  # drops the non-private
-        reported = self._model_point(self.space.unravel(self._reported_theta(new_theta)))
-        return {**point, **reported}, [stats]
+        draw = np.array(self._reported_theta(new_theta), copy=True)
+        draw.flags.writeable = False  # its views stay read-only: the next call trusts them
+        reported = self._model_point(self.space.unravel(draw))
+        for value in reported.values():
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+        out = {**point, **reported}
+        self._last_step = (out, reported, new_theta)
+        return out, [stats]
+
+    @staticmethod
+    def _unchanged(point: dict[str, Any], values: dict[str, Any]) -> bool:
+        """Whether ``point`` still holds the very (read-only) arrays this step returned in it."""
+        return all(point.get(name) is value for name, value in values.items())
 
     def _stretching(self) -> bool:
         """Whether the draws are reported through ``_stretch`` (not beside another step)."""
@@ -699,6 +730,9 @@ class DPStep(BlockedStep):
         ``θ`` itself where the image would leave the support."""
         if not self._stretching():
             return theta
+        last = self._last_reported
+        if last is not None and np.array_equal(last[0], theta):
+            return last[1]  # a rejection: the state, and so its draw, as before
         reported = self._stretch.reported(theta)
         if not self.space.in_support(reported):
             reported = np.array(theta, copy=True)
@@ -762,6 +796,7 @@ class DPStep(BlockedStep):
                 setattr(self, name, copy.deepcopy(value))
         if state.noise is not None and self.noise.reproducible:
             self.noise.state = copy.deepcopy(state.noise)
+        self._last_step = None  # the next point is read, not taken for the last one returned
 
     # ---------------------------------------------------------------- progress bar
 
@@ -793,6 +828,10 @@ class DPStep(BlockedStep):
         the chain's reservation, and iteration ``k`` reports the value at the next such point:
         an upper bound (ε grows with ``k``) that is exact at the end of a planned chain.
         """
+        mu_1 = self.__dict__.get("_chain_mu")
+        if mu_1 is not None:  # the chain's reservation fixed it (every iteration asks)
+            epsilon = self._gaussian_epsilon_at(iterations, mu_1)
+            return {"mu_spent": iterations * mu_1, "epsilon_spent": epsilon}
         if self.uniform_cost:
             mu_per_iteration = self.cost.gaussian_mu()
             mu = None if mu_per_iteration is None else iterations * mu_per_iteration

@@ -13,14 +13,27 @@ iteration (``sampler_mu``), which decides how the centring splits the budget.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from pymc_dp.errors import ConvergenceWarning
 from pymc_dp.kernels.initialization import prior_exact_step, prior_hessian, prior_information
 from pymc_dp.kernels.noise_aware import noise_aware_stretch
 from pymc_dp.step_methods.initialization import Centring, PrivateStart, private_centring
+
+#: Warned when a step on centred releases is first prepared on a likelihood with kinks.
+KINKED_LIKELIHOOD_WARNING = (
+    "The likelihood is not smooth in the parameters (a kink: Laplace or AsymmetricLaplace "
+    "errors, an absolute value or a max of the parameters and the data). The step's centred "
+    "releases bound each row's remainder at second order, which rows with a kink between two "
+    "states exceed: their part is clipped and the posterior comes out biased and too wide, by "
+    "several posterior sd at 10⁵ rows (docs: limitations). What helps: more rows, a smooth "
+    "likelihood where the model allows it (Student-t errors instead of Laplace ones), or a "
+    "larger epsilon."
+)
 
 __all__ = ["CENTRING_HISTOGRAM_SHARE", "CentredSampling"]
 
@@ -121,6 +134,22 @@ class CentredSampling:
         centre (``Π`` the public prior's information there)."""
         prior = prior_information(prior_hessian(self.space.logprior_grad, centre))
         return np.linalg.inv(covariance) - prior
+
+    def _before_preparing(self) -> None:
+        if self.kinked_likelihood():  # public: settings and made-up rows, before any read
+            warnings.warn(KINKED_LIKELIHOOD_WARNING, ConvergenceWarning, stacklevel=3)
+
+    def kinked_likelihood(self) -> bool:
+        """Whether this step will sample on centred releases of a likelihood with kinks.
+
+        The centred ratio and gradient bound each row's remainder at second order in the move
+        (theory §4.1); a row whose kink (Laplace or AsymmetricLaplace errors, an absolute
+        value or a max of the parameters and the row) lies between two states has a
+        first-order one, which is clipped: the likelihood flattens where its curvature lives
+        (docs: limitations, "Likelihoods with kinks"). Public: the step's settings and the
+        model's graph evaluated on made-up rows, known before any data are read.
+        """
+        return self._uses_control_variate() and self._channel.likelihood_has_kinks
 
     def centre_shift_sd(self) -> float:
         """How far, in posterior sd per direction, the centre's noise tilts the target.

@@ -279,6 +279,7 @@ class DPHMC(CentredSampling, DPStep):
         self._stretch = None
         self._root = None  # the dense metric W (M⁻¹ = W Wᵀ) with the control variate
         self._typical = None  # (offset, trajectory scale): public, for the plan
+        self._typical_at_mode = None  # the same where the chains sample, for the prediction
         super().__init__(
             vars,
             budget=budget,
@@ -373,14 +374,18 @@ class DPHMC(CentredSampling, DPStep):
             return self.step_size
         return _CENTRED_STEP_SIZE / self.space.ndim**0.25
 
-    def _typical_bounds(self, metric: np.ndarray, centre: np.ndarray) -> tuple[float, float]:
+    def _typical_bounds(
+        self, metric: np.ndarray, centre: np.ndarray, mode: np.ndarray | None = None
+    ) -> tuple[float, float]:
         """Root mean squares of the centred bounds per unit clip over typical trajectories.
 
-        Public Monte Carlo over a chain at stationarity in ``N(θ_c, W Wᵀ)``: the gradient's
-        offset ``max_j ‖u_j‖`` (:meth:`~pymc_dp.releases.RemainderScale.offset`) and the
-        ratio's scale ``s(θ, θ')`` (:class:`~pymc_dp.releases.RemainderScale`) for ``θ'`` where
-        the exact dynamics of that Gaussian take ``θ`` in time ``L η``:
-        ``u' = u cos(Lη) + p sin(Lη)``, ``p ~ N(0, I)``.
+        Public Monte Carlo over a chain at stationarity in ``N(m, W Wᵀ)`` (``m``: ``mode``,
+        where the chains sample, the tilted target's mode; the centre ``θ_c`` by default),
+        with the bounds measured from the centre ``θ_c``: the gradient's offset
+        ``max_j ‖u_j‖`` (:meth:`~pymc_dp.releases.RemainderScale.offset`) and the ratio's
+        scale ``s(θ, θ')`` (:class:`~pymc_dp.releases.RemainderScale`) for ``θ'`` where the
+        exact dynamics of that Gaussian take ``θ`` in time ``L η``:
+        ``u' = u cos(Lη) + p sin(Lη)``, ``p ~ N(0, I)`` (``u`` whitened about ``m``).
         """
         rng = np.random.default_rng(0)
         d = centre.size
@@ -388,8 +393,9 @@ class DPHMC(CentredSampling, DPStep):
         momentum = rng.standard_normal((_TYPICAL_SAMPLES, d))
         duration = self._centred_step_size() * self.n_steps
         moved = white * np.cos(duration) + momentum * np.sin(duration)
-        theta = centre + white @ metric.T
-        theta_new = centre + moved @ metric.T
+        middle = centre if mode is None else np.asarray(mode, dtype=float)
+        theta = middle + white @ metric.T
+        theta_new = middle + moved @ metric.T
         scale = RemainderScale(
             metric, centre, self._channel.likelihood_coordinates, self._channel.row_blocks
         )
@@ -417,13 +423,17 @@ class DPHMC(CentredSampling, DPStep):
         return z_g, z_l
 
     def noise_excess(self) -> float:
-        """How many times the target noise the budget leaves each centred release (above 1:
-        short of budget). Public: the calibrated and the target noise multipliers. ``nan``
+        """How many times the target noise the budget leaves each centred release where the
+        chains sample (above 1: short of budget, or the tilted target's mode, where the chains
+        sample, far from the centre the bounds grow from). Public: the calibrated noise
+        multiplier against the target's at the mode (:meth:`_typical_bounds`). ``nan``
         without the centred releases or before the plan."""
         multiplier = getattr(self, "grad_noise_multiplier", None)
         if self._centring is None or multiplier is None:
             return float("nan")
-        z_g, _ = self._target_noise_multipliers()
+        z_g, _ = self._centred_noise_multipliers(
+            self._centring.remainder_clip, self._typical_at_mode
+        )
         return float(multiplier / z_g)
 
     def predicted_ess(self) -> float:
@@ -474,6 +484,12 @@ class DPHMC(CentredSampling, DPStep):
             self.mass_diag = 1.0 / np.diag(self._root @ self._root.T)
             self.step_size = self._centred_step_size()
             self._typical = self._typical_bounds(self._root, self._centring.centre.theta)
+            # the chains sample around the tilted target's mode (the start) and the bounds grow
+            # from the centre: a mode several sd away makes every release noisier than the
+            # plan's target, which the prediction counts
+            self._typical_at_mode = self._typical_bounds(
+                self._root, self._centring.centre.theta, mode=start.theta
+            )
             if self._adapt_mass_argument is None:
                 self.adapt_mass = False
         if self.mass_diag is None:

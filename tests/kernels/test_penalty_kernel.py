@@ -214,7 +214,7 @@ def test_independence_proposal_density_is_the_t_density():
     exact = stats.multivariate_t(loc=q.centre, shape=root @ root.T, df=5.0)
     differences = [q.logpdf(x) - exact.logpdf(x) for x in points]
     np.testing.assert_allclose(differences, differences[0])  # equal up to the constant
-    # the kernel's Hastings term, one solve for both points: log q(θ) − log q(θ')
+    # the kernel's Hastings term: log q(θ) − log q(θ')
     pairs = list(itertools.pairwise(points))
     ratios = [q.log_ratio(x, y) for x, y in pairs]
     expected = [exact.logpdf(x) - exact.logpdf(y) for x, y in pairs]

@@ -238,6 +238,37 @@ class DPStepConformance:
         assert sum(releases_made(step).values()) > made
         assert stats[0]["epsilon_spent"] > 0
 
+    def test_the_chain_continues_from_the_point_it_is_handed(self):
+        # the point a step returned is handed back by PyMC as it was: its state is reused, and
+        # its arrays are read-only so that it cannot have changed; a point with a value replaced
+        # is read (the chain continues from there)
+        model, step = self.build(noise_rng=3)
+        given, read = [], []
+        iterate, ravel = step._iterate, step.space.ravel
+        step._iterate = lambda theta: (given.append(np.array(theta)), iterate(theta))[1]
+        step.space.ravel = lambda point: (read.append(1), ravel(point))[1]
+        point = {**model.initial_point(), "mu": self.start()["mu"]}
+        for _ in range(3):
+            point, _ = step.step(point)
+        assert not point["mu"].flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            point["mu"][...] = 0.0
+
+        def draw_of(theta):
+            return step._stretch.reported(theta) if step._stretching() else theta
+
+        reads = len(read)
+        returned, _ = step.step(point)  # from the state the last call ended in, not re-read
+        np.testing.assert_allclose(draw_of(given[-1]), point["mu"].reshape(-1), rtol=1e-12)
+        assert len(read) == reads
+        replaced = {**returned, "mu": np.asarray(returned["mu"]) + 0.5}  # another dict
+        returned, _ = step.step(replaced)
+        np.testing.assert_allclose(draw_of(given[-1]), replaced["mu"].reshape(-1), rtol=1e-12)
+        returned["mu"] = np.asarray(returned["mu"]) + 0.5  # the same dict, a new value
+        step.step(returned)
+        np.testing.assert_allclose(draw_of(given[-1]), returned["mu"].reshape(-1), rtol=1e-12)
+        assert len(read) == reads + 2
+
     def test_a_sampling_state_of_another_step_is_refused(self):
         _, step = self.build()
         with pytest.raises(pymc_dp.InvalidParameterError, match="sampling_state"):

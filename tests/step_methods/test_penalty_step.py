@@ -175,3 +175,36 @@ def test_discrete_or_observed_vars_and_rejected_models_get_clear_errors():
         pm.Potential("leak", pm.math.sum(pm.math.as_tensor(x) * mu))
         with pytest.raises(pymc_dp.PyMCDPError, match="Potential"):
             DPPenalty(budget=budget, llr_clip=1.0, noise_multiplier=1.0)
+
+
+@pytest.mark.parametrize("name", ["linear", "hierarchical"])
+def test_an_automatic_chain_continues_from_the_point_it_is_handed(name):
+    # the automatic step reports noise-aware draws (a stretch of the chain's state) and, on
+    # the non-centred hierarchy, samples centred coordinates and publishes the model's: the
+    # point PyMC hands back is taken for the state it came from, a replaced value is read
+    from pymc_dp.experiments import zoo
+
+    model = zoo.get_model(name).model(2000)[1]
+    with model:
+        step = DPPenalty(budget=pymc_dp.PrivacyBudget(epsilon=5.0, delta=1e-6), noise_rng=1)
+    step.prepare(chains=1)
+    assert step._stretching()
+    assert (step.centred_coordinates is not None) == (name == "hierarchical")
+    step.setup_chain(np.random.default_rng(2), 0, 50)
+    point = model.initial_point()
+    for _ in range(5):
+        point, _ = step.step(point)
+    state = step._last_step[2]
+    assert all(not v.flags.writeable for v in point.values() if isinstance(v, np.ndarray))
+    moved = {**point}
+    name_moved = next(v.name for v in model.value_vars if v.name in point)
+    moved[name_moved] = np.asarray(point[name_moved]) + 0.01
+    given = []
+    iterate = step._iterate
+    step._iterate = lambda theta: (given.append(np.array(theta)), iterate(theta))[1]
+    step.step(point)
+    np.testing.assert_array_equal(given[-1], state)  # the state, not a re-read of its draw
+    step.step(moved)
+    expected = step._chain_theta(step.space.ravel(step._sampled_point(moved)))
+    np.testing.assert_allclose(given[-1], expected, rtol=1e-12)
+    assert not np.allclose(given[-1], state)
