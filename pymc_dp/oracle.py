@@ -1908,11 +1908,13 @@ class RowLikelihood:
         times (as ``h``), across a jump not at all. A row counts as kinked when its largest
         second difference at ``h`` is above rounding (``10⁻⁹`` of its values), less than 32
         times its largest at ``h/8``, and that largest is a spike, over 1000 times the row's
-        median at ``h/8``: the slope jumps by more than the curvature changes the slope over a
-        move of ``10⁻¹``. So a kink of a formula's numerics (PyMC's ``normal_lcdf`` switches
-        between two expressions of one function, whose slopes differ by ``10⁻⁴``), the noise
-        of cancelling terms and a jump of the curvature alone (a Huber loss, whose remainders
-        stay of second order) do not count. Only on PyTensor's default backend (False
+        median at ``h/8`` (the slope jumps by more than the curvature changes it over a move
+        of ``10⁻¹``) whose jump of the slope is over 1 % of the row's steepest slope on the
+        line. So a kink of a formula's numerics (PyMC's ``normal_lcdf`` switches between two
+        expressions of one function at ``z = −1``, whose slopes differ by about ``10⁻⁴`` of
+        the slope: ``pm.OrderedProbit``, ``pm.ExGaussian``), the noise of cancelling terms and
+        a jump of the curvature alone (a Huber loss, whose remainders stay of second order)
+        do not count. Only on PyTensor's default backend (False
         otherwise), and False when the made-up rows cannot be evaluated."""
         if self.backend is not None:
             return False
@@ -1949,8 +1951,13 @@ class RowLikelihood:
                 largest_h, largest_fine = at_h.max(axis=0), at_fine.max(axis=0)
                 above_rounding = largest_h > 1e-9 * (1.0 + np.abs(values).max(axis=0))
                 first_order = largest_h < 32.0 * largest_fine
-                spike = largest_fine > 1e3 * np.median(at_fine, axis=0)
-                if np.any(above_rounding & first_order & spike):
+                typical = np.median(at_fine, axis=0)
+                spike = largest_fine > 1e3 * typical
+                # the slope's jump across the spike, against the row's steepest slope
+                jump = (largest_fine - typical) / fine
+                slope = np.abs(np.diff(values, axis=0)).max(axis=0) / fine
+                material = jump > 1e-2 * slope
+                if np.any(above_rounding & first_order & spike & material):
                     return True
         except Exception:  # made-up rows this model cannot evaluate: nothing found
             return False

@@ -98,10 +98,40 @@ def test_a_kinked_likelihood_is_found_without_the_data(likelihood):
 
 @pytest.mark.parametrize(
     "likelihood",
-    [_normal, _squared_absolute, _huber, _ex_gaussian, _censored, _negative_binomial],
+    [
+        _normal,
+        _squared_absolute,
+        _huber,
+        _ex_gaussian,
+        _censored,
+        _negative_binomial,
+    ],
 )
 def test_a_smooth_likelihood_is_not_taken_for_a_kinked_one(likelihood):
     _, channel = _oracle(_regression(likelihood))
+    assert not channel.likelihood_has_kinks
+
+
+def test_a_formulas_switch_where_the_slope_is_large_is_not_taken_for_a_kink():
+    # an ordered probit reads log Φ through normal_lcdf, which switches formulas at z = −1
+    # with slopes 10⁻⁴ apart: a spike in the second differences, but no material kink
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=N)
+    y = np.digitize(0.8 * x + rng.normal(size=N), [-1.0, 0.0, 1.2])
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2)
+        cutpoints = pm.Normal(
+            "cut",
+            mu=[-1, 0, 1],
+            sigma=2,
+            shape=3,
+            transform=pm.distributions.transforms.ordered,
+            initval=[-1, 0, 1],
+        )
+        pm.OrderedProbit(
+            "y", eta=beta * x, cutpoints=cutpoints, sigma=1.0, observed=y, compute_p=False
+        )
+    _, channel = _oracle(model)
     assert not channel.likelihood_has_kinks
 
 
