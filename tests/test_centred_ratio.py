@@ -317,6 +317,21 @@ def test_the_covariance_from_the_fisher_recovers_the_posterior_and_floors_the_no
     assert np.all(np.linalg.eigvalsh(result) <= 1 / (2 * np.sqrt(2)) * (1 + 1e-9))
 
 
+def test_a_numerically_singular_information_gives_an_unusable_covariance_not_an_error():
+    # a hierarchical prior's curvature at a funnel's neck (σ_a → 0) reaches 1e44: beside the
+    # release's, the information is singular in floating point. The centring's rounds check
+    # the covariance (``_usable``) and keep their last one; raising (LinAlgError, from NumPy)
+    # stopped a default DPPenalty's preparation on the zoo's hierarchy at n = 2000
+    from pymc_dp.step_methods.initialization import _usable
+
+    prior = np.array([[-1.5e44, 1e40], [1e40, -1.0]])
+    result = covariance_from_fisher(100.0 * np.eye(2), np.ones(2), 1.0, prior, fallback=np.eye(2))
+    assert result.shape == (2, 2) and not _usable(result)
+    # a usable one beside it (the same release, an ordinary prior) is returned as before
+    ordinary = covariance_from_fisher(100.0 * np.eye(2), np.ones(2), 1.0, -np.eye(2))
+    assert _usable(ordinary)
+
+
 def test_a_direction_the_fisher_does_not_resolve_takes_the_earlier_curvature_within_the_noise():
     # information 400 and 4 along the axes; the release's noise radius 2σ√d is 40
     truth = np.diag([400.0, 4.0])

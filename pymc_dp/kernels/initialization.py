@@ -325,6 +325,9 @@ def covariance_from_fisher(
     round in the release's whitening, claims the top, so each read widened the ridge only
     about 1.6 times.
 
+    Returns a matrix of NaN where the information is singular in floating point (NumPy's
+    ``LinAlgError``); callers check every result and keep what they had.
+
     (Taking the lower end wherever the fallback claims more than ``λ_k + r`` — a ridge the
     likelihood does not inform — made the zoo's mixture, whose Fisher far from the mode
     resolves few directions, 10–50 times too wide and its centre 100–1400 sd off.)
@@ -374,7 +377,13 @@ def covariance_from_fisher(
         fisher = fisher + (lift * np.where(lows < least, floor - lows, 0.0)) @ lift.T
     inverse = np.linalg.inv(matrix)
     information = inverse @ fisher @ inverse.T + prior_part
-    covariance = np.linalg.inv(information)
+    try:
+        covariance = np.linalg.inv(information)
+    except np.linalg.LinAlgError:
+        # singular in floating point: a prior's curvature of 1e44 beside the release's (a
+        # centre at a hierarchy's funnel neck, σ → 0); the callers check the result
+        # (``_usable``: a nearly singular one too) and keep their last usable covariance
+        return np.full_like(information, np.nan)
     return 0.5 * (covariance + covariance.T)
 
 
