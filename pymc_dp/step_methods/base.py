@@ -45,6 +45,7 @@ from pymc_dp.accounting.costs import PrivacyCost, compose_epsilon
 from pymc_dp.accounting.gaussian import gaussian_epsilon_curve
 from pymc_dp.errors import (
     BudgetExceededError,
+    InsufficientDataError,
     InvalidParameterError,
     PrivacyLeakError,
     PrivacyWarning,
@@ -393,21 +394,29 @@ class DPStep(BlockedStep):
                 NoiseSource.for_chain(self._noise_seed, self.rng, secure=self.secure_noise)
             )
             theta0 = self.space.ravel(self._channel.model.initial_point())
-            start = private_initialization(
-                self._channel,
-                self.budget,
-                theta0,
-                share=share,
-                # on the default share, a refinement may add more while the mode is uncertain
-                max_share=(
-                    MAX_INIT_SHARE
-                    if self.init_share is None and self._refine_initialization()
-                    else None
-                ),
-                public_rng=np.random.default_rng(self.rng.integers(2**63)),
-            )
-            length = _given_length(tune, draws)
-            self._private_start = self._after_initialization(start, int(chains), length)
+            try:
+                start = private_initialization(
+                    self._channel,
+                    self.budget,
+                    theta0,
+                    share=share,
+                    # on the default share, a refinement may add more while the mode is
+                    # uncertain
+                    max_share=(
+                        MAX_INIT_SHARE
+                        if self.init_share is None and self._refine_initialization()
+                        else None
+                    ),
+                    public_rng=np.random.default_rng(self.rng.integers(2**63)),
+                )
+                length = _given_length(tune, draws)
+                self._private_start = self._after_initialization(start, int(chains), length)
+            except InsufficientDataError as err:
+                # refused after reading: say what the refused preparation has cost
+                raise InsufficientDataError(
+                    f"{err} {self.budget.spent_summary()}, this refused preparation's "
+                    "reservations included: each was made before its reads and stays spent."
+                ) from err
             start = self._private_start
         elif self.automatic:
             raise InvalidParameterError(

@@ -181,6 +181,22 @@ def test_a_small_dataset_is_located_honestly_from_pymcs_start():
     assert max(located) < 5.0, located
 
 
+def test_a_refused_preparation_says_what_it_has_spent():
+    # 300 rows at ε = 1: the clip histograms' noise hides every bin, a refusal after the
+    # initialisation's reservation (made before its first read, so it stays spent)
+    model, _, _ = normal_model(300)
+    budget = pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-6)
+    with model:
+        step = pymc_dp.DPPenalty(budget=budget)
+    with pytest.raises(pymc_dp.InsufficientDataError, match="too few rows") as refused:
+        pymc_dp.sample(step, chains=2, cores=1, **quiet())
+    spent = budget.epsilon_spent()
+    assert 0 < spent <= 1.0
+    message = str(refused.value)
+    assert f"{spent:.4g} reserved on its ledger" in message, message
+    assert "stays spent" in message
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cls", [pymc_dp.DPPenalty, pymc_dp.DPHMC])
 def test_default_settings_spend_the_budget_exactly_and_report_each_phase(cls):
