@@ -260,8 +260,15 @@ def mean_square_from_counts(counts: np.ndarray, edges: np.ndarray, noise_std: fl
     ``nan`` when no bin is visible.
     """
     visible = _visible(counts, noise_std, 5.0)
-    edges = np.asarray(edges, dtype=float)
     if not np.any(visible > 0):
         return float("nan")
-    middles = np.concatenate([[edges[0]], np.sqrt(edges[:-1] * edges[1:]), [edges[-1]]])
+    middles = _bin_middles(edges)
     return float(np.sum(visible * middles**2) / np.sum(visible))
+
+
+def _bin_middles(edges: np.ndarray) -> np.ndarray:
+    """Where each bin of a histogram over ``edges`` counts (one more than ``edges``): the
+    geometric middle of its edges, the first edge for the bin below it, the last for the bin
+    above it."""
+    edges = np.asarray(edges, dtype=float)
+    return np.concatenate([[edges[0]], np.sqrt(edges[:-1] * edges[1:]), [edges[-1]]])

@@ -98,6 +98,7 @@ from pymc_dp.mechanisms import (
 from pymc_dp.releases import (
     Centre,
     Release,
+    _bin_middles,
     _visible,
     clip_from_counts,
     mean_square_from_counts,
@@ -259,7 +260,7 @@ def _ascent_clip(
     visible = _visible(counts, histogram_noise_std, _VISIBLE_THRESHOLD)
     if not (np.isfinite(tail_clip) and np.any(visible > 0)):
         return float(tail_clip)
-    middles = np.concatenate([[edges[0]], np.sqrt(edges[:-1] * edges[1:]), [edges[-1]]])
+    middles = _bin_middles(edges)
     median = quantile_from_counts(visible, edges, 0.5)
     noise_per_clip = _ASCENT_SIGNAL_TO_NOISE * 2.0 * release_noise_multiplier * math.sqrt(d)
     for clip in edges[(edges >= median) & (edges <= tail_clip)][::-1]:
