@@ -29,7 +29,13 @@ composed in the same ledger as the sampler, in one reservation made before the f
 2. **Ascent.** Noisy clipped-gradient ascent of the log posterior from ``θ₀`` (Adam, the tail
    of the iterates averaged; :func:`~pymc_dp.kernels.initialization.noisy_gradient_ascent`):
    ``K_a`` :class:`~pymc_dp.mechanisms.GradientRelease` releases, the first half with bound
-   ``C₀``.
+   ``C₀``. Each coordinate's step grows by 1.2 while the released gradient keeps the sign of
+   the momentum and halves when it turns (never below Adam's rate): a model in its data's own
+   units (an intercept of 1500 grams, slopes per year of age) has its mode thousands of
+   Adam steps from PyMC's 0. On such a linear regression (ε = 5) plain Adam ended the climb
+   850–2700 posterior sd from the mode in ``log σ`` (``σ`` inflated by the residuals of the
+   unfitted mean); at n = 10⁶ two of two default preparations started the chains 265–1060 sd
+   off, with the growing step two of nine, 75–250 sd (the reach of :func:`private_centring`).
 3. **Gradient clip.** Halfway through the ascent, a second norm histogram: the gradient bound
    ``C`` of the second half and of the sampler, and ``E‖∇ℓ_i‖²``, whence a first guess of the
    posterior scale ``s₀ = √(d / (n E‖∇ℓ_i‖²))``. (The gradients far from the mode can be much

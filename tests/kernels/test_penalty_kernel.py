@@ -157,7 +157,9 @@ def test_noise_policy():
         return release(mean, theta_new).value
 
     assert draw(NoiseSource(7)) == draw(NoiseSource(7))  # a noise seed reproduces the noise
-    assert draw(NoiseSource()) != draw(NoiseSource())  # default: fresh OS entropy
+    # default: fresh OS entropy. A snapped release lies on a grid of about sd/400, so two
+    # fresh draws coincide about once in 1400 pairs: ask that five are not all equal
+    assert len({draw(NoiseSource()) for _ in range(5)}) > 1
     assert not NoiseSource().reproducible and NoiseSource(7).reproducible
     children = NoiseSource(7).spawn(2)
     assert all(c.reproducible for c in children)
