@@ -218,8 +218,8 @@ def test_a_model_in_its_data_units_is_located_from_pymcs_start():
         warnings.simplefilter("ignore", pymc_dp.ConvergenceWarning)
         step.prepare(chains=4, tune=0.2)
     off = np.abs(step._private_start.theta - laplace.mode.data) / posterior_sd
-    # where the chains start: 0.1 posterior sd off with this seed (six of eight seeds 0.0-0.2,
-    # two 75-250: the centring's reach, docs/limitations.md). With plain Adam as the climb
+    # where the chains start: 0.0-0.2 posterior sd off with eight seeds (with three centring
+    # rounds instead of five, two of them 75-250 sd off). With plain Adam as the climb
     # (the code before) two of two seeds ended 265-1060 sd off, and a full run's draws 646 sd
     # off: 100 steps of at most 0.1 from PyMC's 0 do not reach an intercept of 1500
     # (tests/kernels: the ascent's travel)
