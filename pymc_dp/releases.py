@@ -208,6 +208,11 @@ def quantile_from_counts(counts: np.ndarray, edges: np.ndarray, quantile: float)
     return float(edges[reached[0]]) if reached.size else float(edges[-1])
 
 
+#: A histogram bin counts when its noisy count is above this many noise sd (every rule that
+#: reads a released histogram: the clips, the mean square, the climb's clip).
+_VISIBLE_THRESHOLD = 5.0
+
+
 def _visible(counts: np.ndarray, noise_std: float, threshold: float) -> np.ndarray:
     """Noisy counts with the bins that noise alone could explain (``≤ threshold · σ``) zeroed."""
     counts = np.asarray(counts, dtype=float)
@@ -220,7 +225,7 @@ def clip_from_counts(
     noise_std: float,
     n_rows: int,
     *,
-    threshold: float = 5.0,
+    threshold: float = _VISIBLE_THRESHOLD,
     tail_share: float = 1e-4,
     margin: float = 1.0,
     steps_up: int = 0,
@@ -259,7 +264,7 @@ def mean_square_from_counts(counts: np.ndarray, edges: np.ndarray, noise_std: fl
     edges; the bin below the first edge at that edge, the bin above the last at the last edge.
     ``nan`` when no bin is visible.
     """
-    visible = _visible(counts, noise_std, 5.0)
+    visible = _visible(counts, noise_std, _VISIBLE_THRESHOLD)
     if not np.any(visible > 0):
         return float("nan")
     middles = _bin_middles(edges)

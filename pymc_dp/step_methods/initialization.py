@@ -103,6 +103,7 @@ from pymc_dp.mechanisms import (
     PrivateChannel,
 )
 from pymc_dp.releases import (
+    _VISIBLE_THRESHOLD,
     Centre,
     Release,
     _bin_middles,
@@ -135,7 +136,6 @@ _MIN_SIGNAL_TO_NOISE = 4.0  # a curvature estimate this many noise sd from zero 
 #: moves along the noise as much as along the signal. At 4 the far tail stays the clip of 18
 #: of the validation zoo's 21 models at n = 2·10⁴, ε = 5 and at n = 10⁵, ε = 1.
 _ASCENT_SIGNAL_TO_NOISE = 4.0
-_VISIBLE_THRESHOLD = 5.0  # a histogram bin counts when above this many noise sd (clip rule)
 #: Histogram bins: edges 2^(k/4), k = −80 … 80 (10⁻⁶ … 10⁶), ratio 2^(1/4) between edges.
 HISTOGRAM_EDGES = 2.0 ** (np.arange(-80, 81) / 4.0)
 _ASCENT_ITERATIONS = 100
