@@ -10,7 +10,8 @@ its memory stay at the data plus a few n-vectors.
 Columns: ``build s`` (oracle checks, validation, compilation), ``ms / iter``, ``ns / row /
 pass`` (time per iteration / (n · (L + 1))): flat when the cost is linear in n, and ``peak GB``
 (the process's high-water resident memory, data included; ``data GB`` is the covariates' own
-size).
+size); with JAX on an accelerator, ``device GB`` is the accelerator's high-water memory (the
+rows are copied there once and stay: the data plus each chunk's intermediates).
 
 The last lines: ``peak memory at n = <n>: <x> GB (target 4)`` and ``per-row cost, largest n /
 smallest n: <r> (linear: 1)``. Run: ``python benchmarks/scale.py`` (``--sizes 100000 1000000``
@@ -66,8 +67,14 @@ SCRIPT = textwrap.dedent(
     per_iteration = (time.perf_counter() - start) / iterations
     with open("/proc/self/status") as status:
         peak_kib = next(int(l.split()[1]) for l in status if l.startswith("VmHWM:"))
-    print(json.dumps({"build": build, "iteration": per_iteration,
-                      "peak_gb": peak_kib / 2**20, "data_gb": data_gb}))
+    device_gb = None  # an accelerator's own high-water mark (JAX reports none for its CPU)
+    if mode is not None:
+        import jax
+        stats = jax.devices()[0].memory_stats() or {}
+        if "peak_bytes_in_use" in stats:
+            device_gb = stats["peak_bytes_in_use"] / 2**30
+    print(json.dumps({"build": build, "iteration": per_iteration, "peak_gb": peak_kib / 2**20,
+                      "data_gb": data_gb, "device_gb": device_gb}))
     """
 )
 
@@ -103,7 +110,7 @@ def main() -> None:
     print(f"JAX devices: {devices}")
     print(
         f"{'mode':>8s} {'n':>10s} {'build s':>8s} {'ms / iter':>10s} {'ns/row/pass':>12s} "
-        f"{'peak GB':>8s} {'data GB':>8s}"
+        f"{'peak GB':>8s} {'data GB':>8s} {'device GB':>9s}"
     )
     results: dict[str, list] = {}
     for mode in args.modes:
@@ -114,7 +121,8 @@ def main() -> None:
             rows.append((n, per_row, r["peak_gb"], r["iteration"]))
             print(
                 f"{mode:>8s} {n:>10d} {r['build']:8.1f} {1e3 * r['iteration']:10.1f} "
-                f"{per_row:12.2f} {r['peak_gb']:8.2f} {r['data_gb']:8.2f}",
+                f"{per_row:12.2f} {r['peak_gb']:8.2f} {r['data_gb']:8.2f} "
+                + ("        -" if r["device_gb"] is None else f"{r['device_gb']:9.2f}"),
                 flush=True,
             )
     for mode, rows in results.items():

@@ -353,15 +353,30 @@ class _RowMap:
         return self.matrix @ self.layout.total(weighted, index, self.matrix.shape[1])
 
 
-def _chunk_bytes_for(backend: str | None) -> int:
-    """Bytes per chunk of rows for the backend (with JAX: for the device it runs on)."""
+def _device_for(backend: str | None) -> str | None:
+    """Where the backend's functions run: ``None`` (PyTensor's default), or with JAX
+    ``"cpu"`` or ``"accelerator"`` (JAX's default device)."""
     if backend is None:
-        return _CHUNK_BYTES
+        return None
     _compile.jax_started()  # the fork check's reference: JAX starts in this process here
     import jax  # check_backend found it
 
-    device = "cpu" if jax.default_backend() == "cpu" else "accelerator"
-    return _CHUNK_BYTES_JAX[device]
+    return "cpu" if jax.default_backend() == "cpu" else "accelerator"
+
+
+def _chunk_bytes_for(device: str | None) -> int:
+    """Bytes per chunk of rows for the device (:func:`_device_for`)."""
+    return _CHUNK_BYTES if device is None else _CHUNK_BYTES_JAX[device]
+
+
+def _on_device(host: np.ndarray) -> Any:
+    """A copy of ``host`` in the accelerator's memory (JAX's default device), or ``host``
+    itself when JAX would not keep its dtype there (64-bit values with JAX's x64 mode off)."""
+    import jax
+    import pytensor.link.jax.dispatch  # noqa: F401  (sets JAX's x64 mode for floatX float64)
+
+    copy = jax.device_put(host)
+    return copy if copy.dtype == host.dtype else host
 
 
 def _joined(parts: list[np.ndarray], empty_shape: tuple[int, ...]) -> np.ndarray:
@@ -494,7 +509,8 @@ class RowLikelihood:
     backend : {None, "JAX"}
         What the per-row functions compile to: PyTensor's default (``None``: C on PyTensor 2,
         Numba on PyTensor 3) or JAX (needs the ``jax`` package; runs on a GPU when JAX has
-        one). The validation checks either against PyMC's own log-density.
+        one, with the rows copied to its memory on the first pass over all of them and kept
+        there). The validation checks either against PyMC's own log-density.
 
     Attributes
     ----------
@@ -549,7 +565,11 @@ class RowLikelihood:
     ) -> None:
         self.model = pm.modelcontext(model)
         self.backend = check_backend(backend)
-        self._chunk_bytes = _chunk_bytes_for(self.backend)  # once: _chunks reads it every pass
+        self._device = _device_for(self.backend)
+        self._chunk_bytes = _chunk_bytes_for(self._device)  # once: _chunks reads it every pass
+        # on an accelerator, the row data's copy in its memory (made on the first full pass):
+        # a pass then moves θ and the sums, not the n rows
+        self._resident: list[Any] | None = None
         if gradient_method not in ("auto", "vectorize", "jacobian"):
             raise InvalidParameterError(
                 f"gradient_method={gradient_method!r} is not one of 'auto', 'vectorize', "
@@ -1251,6 +1271,7 @@ class RowLikelihood:
         state["_loglik_cache"] = []
         state["_centre_cache"] = None  # recomputed on first use (one gradient pass)
         state["_centred_cache"] = []
+        state["_resident"] = None  # device memory: a copy makes its own on first use
         return state
 
     @property
@@ -2116,6 +2137,10 @@ class RowLikelihood:
         """
         if rows is None:
             arrays = [r.data for r in self._rows]
+            if self._device == "accelerator":
+                if self._resident is None:
+                    self._resident = [_on_device(a) for a in arrays]
+                arrays = self._resident
         else:
             if not isinstance(rows, slice):
                 rows = np.asarray(rows)

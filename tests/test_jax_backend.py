@@ -18,6 +18,7 @@ import pytest
 
 import pymc_dp
 from pymc_dp import _compile, releases
+from pymc_dp import oracle as oracle_module
 from pymc_dp.errors import BackendNotSupportedError, InvalidParameterError
 from pymc_dp.oracle import RowLikelihood
 from pymc_dp.testing import Banana
@@ -80,12 +81,16 @@ def test_the_log_likelihood_and_clipped_gradient_agree_with_the_default_backend(
         np.testing.assert_allclose(b.value, a.value, rtol=1e-10, atol=1e-10)
 
 
-def test_every_per_row_function_agrees_with_the_default_backend():
+@pytest.mark.parametrize("device", ["cpu", "accelerator"])
+def test_every_per_row_function_agrees_with_the_default_backend(device, monkeypatch):
     # the banana: its concatenate's gradient allocates and splits a per-row matrix whose
-    # length JAX needs as a constant
+    # length JAX needs as a constant. "accelerator": the path JAX takes on a GPU (the rows
+    # copied to the device once, each pass slicing that copy), run here on JAX's CPU device
+    monkeypatch.setattr(oracle_module, "_device_for", lambda backend: backend and device)
     rng = np.random.default_rng(3)
     # gradient chunks of 256 rows: lengths 256 and 88, two shapes per gradient function
     model, default, on_jax = _pair("banana", chunk_size=256)
+    assert on_jax._device == device and default._device is None
     d = default.ndim
     theta = default.space.ravel(model.initial_point()) + rng.normal(0, 0.2, d)
     theta_new = theta + rng.normal(0, 0.05, d)
@@ -117,6 +122,15 @@ def test_every_per_row_function_agrees_with_the_default_backend():
     np.testing.assert_array_equal(
         on_jax.grad_norm_counts(theta, edges), default.grad_norm_counts(theta, edges)
     )
+    if device == "accelerator":  # the device's copy: made once, JAX arrays, not pickled
+        import jax
+
+        resident = on_jax._resident
+        assert resident is not None and all(isinstance(a, jax.Array) for a in resident)
+        np.testing.assert_array_equal(np.asarray(resident[0]), on_jax._rows[0].data)
+        assert pickle.loads(pickle.dumps(on_jax))._resident is None
+    else:
+        assert on_jax._resident is None  # on JAX's CPU, the chunks are the host's arrays
 
 
 @pytest.mark.parametrize("name", ["hierarchical", "banana"])
