@@ -666,6 +666,7 @@ def secant_update(
     change_var: np.ndarray,
     *,
     resolution: float = 4.0,
+    bound_unresolved: bool = False,
 ) -> np.ndarray | None:
     """The curvature along a long step, from the gradients at its two ends (a BFGS update).
 
@@ -679,6 +680,15 @@ def secant_update(
     ``P ← P − P s sᵀ P / (sᵀ P s) + q qᵀ / (qᵀ s)`` (positive definite since ``qᵀ s > 0``)
     and ``Σ = P⁻¹`` is returned; else ``None`` (the secant is noise). A short
     step (the design already at the mode) is never resolved. Post-processing of released values.
+
+    With ``bound_unresolved``, an unresolved secant still bounds the curvature along ``s``
+    from above: ``u = max(sᵀq, 0) + resolution · noise``. Where ``u < ½ sᵀPs`` (the model
+    claims at least twice what the gradients allow) the model's curvature along ``s`` is
+    lowered to ``u``: ``P ← P − (1 − u/sᵀPs) P s sᵀ P / (sᵀPs)`` (positive definite: along
+    ``Ps`` the precision is scaled by ``u/sᵀPs > 0``). Still an upper bound, so the next
+    Newton step along ``s`` still falls short of the mode rather than past it; a ridge whose
+    information a Fisher read far from the mode overstated is walked at the pace the released
+    gradients allow.
     """
     step = np.asarray(step, dtype=float)
     q = -np.asarray(gradient_change, dtype=float)
@@ -688,12 +698,17 @@ def secant_update(
         noise = float(np.sqrt(max(step @ change_var @ step, 0.0)))
     else:
         noise = float(np.sqrt(np.sum(step**2 * change_var)))
-    if not (np.isfinite(curvature) and curvature > resolution * noise and curvature > 0):
-        return None
     precision = np.linalg.inv(covariance)
     precision = 0.5 * (precision + precision.T)
     ps = precision @ step
-    updated = precision - np.outer(ps, ps) / float(step @ ps) + np.outer(q, q) / curvature
+    modelled = float(step @ ps)
+    if not (np.isfinite(curvature) and curvature > resolution * noise and curvature > 0):
+        bound = max(curvature, 0.0) + resolution * noise
+        if not (bound_unresolved and np.isfinite(bound) and 0 < bound < 0.5 * modelled):
+            return None
+        updated = precision - (1.0 - bound / modelled) * np.outer(ps, ps) / modelled
+    else:
+        updated = precision - np.outer(ps, ps) / modelled + np.outer(q, q) / curvature
     updated = 0.5 * (updated + updated.T)
     try:
         result = np.linalg.inv(updated)

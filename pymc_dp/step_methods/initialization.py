@@ -703,6 +703,8 @@ _CENTRING_PAIRS = 8
 #: parameters; beyond, it grows with √d.
 _MAX_CENTRE_STEP = 25.0
 _TRUST_DIMENSION = 16.0
+#: ... and up to this many times that while long steps keep going uphill (:func:`_centre_steps`)
+_CENTRE_REACH_GROWTH = 256.0
 #: The Newton steps' gradients: this share of what is left after the histograms; a round's
 #: steps share it, each full release a third of it (:func:`_centre_steps`).
 _CENTRE_STEP_SHARE = 0.25
@@ -1191,8 +1193,15 @@ def _centre_steps(
     (:func:`~pymc_dp.kernels.initialization.prior_exact_step`; ``F_ℓ = Σ̂⁻¹ − Π``, ``Π`` the
     prior's information at the round's start, ``prior_part``; ``s`` the positive-part
     James–Stein factor of the likelihood's part of the step), the likelihood's curvature
-    along consecutive steps corrected by their secant where it is resolved, until a
-    full release's step is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero. The steps
+    along consecutive steps corrected by their secant where it is resolved (and lowered to
+    the upper bound an unresolved secant gives, where it claims more than twice that:
+    :func:`~pymc_dp.kernels.initialization.secant_update` with ``bound_unresolved``), until a
+    full release's step is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero. Each step
+    stays within the trust region of ``_MAX_CENTRE_STEP`` sds of the current curvature
+    (``√(d/16)`` times that beyond 16 parameters), which doubles, up to
+    ``_CENTRE_REACH_GROWTH`` times, after a step of at least half of it at whose end the
+    released gradient still points along it, and halves back after one at whose end it
+    points back (far from the mode a Fisher read can state sds a hundredth of the truth). The steps
     share ``_CENTRE_STEPS · step_mu`` (PLD ``μ``). The first release has ``μ = first_mu``
     (``step_mu`` when not given); a later one only what keeps its noise length near
     ``1/_CENTRE_STEP_PRECISION`` of the last step's length (within ``[step_mu/25, step_mu]``):
@@ -1218,6 +1227,7 @@ def _centre_steps(
     max_step = _MAX_CENTRE_STEP * max(1.0, math.sqrt(space.ndim / _TRUST_DIMENSION))
     planned = step_mu if first_mu is None else float(np.clip(first_mu, floor, step_mu))
     newton_covariance, previous, noise_squares = covariance, None, 0.0
+    reach = max_step  # the trust region now: it grows while long steps keep going uphill
     while len(mus) < _CENTRE_MAX_RELEASES:
         mu = min(planned, allowance - math.fsum(mus))  # what the allowance still has
         if mu < floor * (1 - 1e-9):
@@ -1236,12 +1246,24 @@ def _centre_steps(
         # quadratic at the round's start, so that the secant corrects the likelihood's part
         # only (the prior's own curvature enters exactly, in prior_exact_step)
         modelled = likelihood_gradient - prior_part @ theta
+        if previous is not None:
+            # a long step after which the log posterior still rises along it: the trust
+            # region, in a curvature read far from the mode, is too short (a Fisher where σ is
+            # far too small states sds a hundredth of the truth); it doubles, and halves back
+            # once a step overshoots
+            last = theta - previous[0]
+            length = float(np.linalg.norm(np.linalg.solve(previous[3], last)))
+            if length >= 0.5 * reach and float(gradient @ last) > 0:
+                reach = min(2.0 * reach, _CENTRE_REACH_GROWTH * max_step)
+            elif float(gradient @ last) < 0:
+                reach = max(0.5 * reach, max_step)
         if previous is not None:  # the curvature along the last step, where it is resolved
             updated = secant_update(
                 newton_covariance,
                 theta - previous[0],
                 modelled - previous[1],
                 previous[2] + release.noise_covariance,
+                bound_unresolved=True,
             )
             newton_covariance = newton_covariance if updated is None else updated
         root = np.linalg.cholesky(newton_covariance)
@@ -1263,10 +1285,10 @@ def _centre_steps(
             space.logprior,
             space.logprior_grad,
             newton_covariance,
-            max_step,
+            reach,
             space.in_support,
         )
-        previous = (theta, modelled, release.noise_covariance)
+        previous = (theta, modelled, release.noise_covariance, root)
         theta = moved  # inside the support
         # (a rougher release that sees no signal says nothing: the next one has the full μ)
         if signal <= _CENTRE_STOP_SIGNAL * noise_length:

@@ -202,18 +202,19 @@ def regression_in_its_own_units(n: int):
 
 
 @pytest.mark.slow
-def test_a_model_in_its_data_units_is_located_from_pymcs_start():
+@pytest.mark.parametrize(("n", "seed"), [(1_000_000, 0), (100_000, 4)])
+def test_a_model_in_its_data_units_is_located_from_pymcs_start(n, seed):
     from pymc_dp.experiments.zoo import _laplace
     from pymc_dp.sampling import _seed_preparation
 
-    model = regression_in_its_own_units(1_000_000)
+    model = regression_in_its_own_units(n)
     laplace = _laplace(model, 20, "fd")
     posterior_sd = np.sqrt(np.diag(np.linalg.inv(laplace.precision)))
     with model:
         step = pymc_dp.DPPenalty(
-            budget=pymc_dp.PrivacyBudget(epsilon=5.0, delta=1e-7), noise_rng=90
+            budget=pymc_dp.PrivacyBudget(epsilon=5.0, delta=1e-7), noise_rng=90 + seed
         )
-    _seed_preparation(step, 0)
+    _seed_preparation(step, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", pymc_dp.ConvergenceWarning)
         step.prepare(chains=4, tune=0.2)
@@ -222,7 +223,12 @@ def test_a_model_in_its_data_units_is_located_from_pymcs_start():
     # rounds instead of five, two of them 75-250 sd off). With plain Adam as the climb
     # (the code before) two of two seeds ended 265-1060 sd off, and a full run's draws 646 sd
     # off: 100 steps of at most 0.1 from PyMC's 0 do not reach an intercept of 1500
-    # (tests/kernels: the ascent's travel)
+    # (tests/kernels: the ascent's travel). At n = 10⁵ (seed 4) the initialisation ends
+    # 165-420 sd off with σ far too small, where the Fisher states sds 0.01-0.15 of the truth:
+    # with Newton steps held to 25 of those sds and the curvature along them kept where the
+    # secants were unresolved, the centring ended 80-430 sd off; with the growing trust region
+    # and the secants' upper bounds 1.5 (twelve seeds: all within 2 sd, against two of twelve
+    # 130-430 sd off)
     assert np.max(off) < 3.0, off
 
 
