@@ -371,11 +371,15 @@ def _chunk_bytes_for(device: str | None) -> int:
 
 def _on_device(host: np.ndarray) -> Any:
     """A copy of ``host`` in the accelerator's memory (JAX's default device), or ``host``
-    itself when JAX would not keep its dtype there (64-bit values with JAX's x64 mode off)."""
+    itself when JAX would not keep its dtype there (64-bit values with JAX's x64 mode off) or
+    the copy does not fit (each pass then sends its chunks, as on a CPU)."""
     import jax
     import pytensor.link.jax.dispatch  # noqa: F401  (sets JAX's x64 mode for floatX float64)
 
-    copy = jax.device_put(host)
+    try:
+        copy = jax.device_put(host)
+    except Exception:  # out of device memory (the message names sizes only, never values)
+        return host
     return copy if copy.dtype == host.dtype else host
 
 
@@ -2138,6 +2142,8 @@ class RowLikelihood:
         if rows is None:
             arrays = [r.data for r in self._rows]
             if self._device == "accelerator":
+                # a forked worker must stop with the package's error before touching JAX
+                _compile._check_not_forked(self.backend)
                 if self._resident is None:
                     self._resident = [_on_device(a) for a in arrays]
                 arrays = self._resident

@@ -266,15 +266,24 @@ def test_jax_missing_says_how_to_install_it(monkeypatch):
         _compile.check_backend("JAX")
 
 
-def test_a_forked_worker_is_told_how_to_start_workers_instead_of_hanging(monkeypatch):
+@pytest.mark.parametrize("device", ["cpu", "accelerator"])
+def test_a_forked_worker_is_told_how_to_start_workers_instead_of_hanging(device, monkeypatch):
+    # "accelerator": the rows' device copy, made in the parent, is not touched in the child
+    monkeypatch.setattr(oracle_module, "_device_for", lambda backend: backend and device)
     model = _gaussian_mean_model(np.random.default_rng(0).normal(size=40))
     oracle = RowLikelihood(model, backend="JAX")
     theta = np.array([0.2])
     oracle.loglik_rows(theta)
+    assert (oracle._resident is not None) == (device == "accelerator")
+    if device == "accelerator":  # a child that would copy the rows again (none made yet)
+        oracle._resident = None
+    copied = []
+    monkeypatch.setattr(oracle_module, "_on_device", lambda a: copied.append(a) or a)
     # as in a process forked after JAX started: the recorded process is another one
     monkeypatch.setattr(_compile, "_jax_process", os.getpid() + 1)
     with pytest.raises(InvalidParameterError, match="mp_ctx='forkserver'"):
         oracle.loglik_rows(theta + 0.1)
+    assert copied == []  # refused before any JAX call on the rows
 
 
 def test_sample_starts_workers_by_forkserver_for_a_jax_step(monkeypatch):

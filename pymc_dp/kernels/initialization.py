@@ -681,14 +681,16 @@ def secant_update(
     and ``Σ = P⁻¹`` is returned; else ``None`` (the secant is noise). A short
     step (the design already at the mode) is never resolved. Post-processing of released values.
 
-    With ``bound_unresolved``, an unresolved secant still bounds the curvature along ``s``
-    from above: ``u = max(sᵀq, 0) + resolution · noise``. Where ``u < ½ sᵀPs`` (the model
-    claims at least twice what the gradients allow) the model's curvature along ``s`` is
-    lowered to ``u``: ``P ← P − (1 − u/sᵀPs) P s sᵀ P / (sᵀPs)`` (positive definite: along
-    ``Ps`` the precision is scaled by ``u/sᵀPs > 0``). Still an upper bound, so the next
-    Newton step along ``s`` still falls short of the mode rather than past it; a ridge whose
-    information a Fisher read far from the mode overstated is walked at the pace the released
-    gradients allow.
+    With ``bound_unresolved``, an unresolved secant still bounds the mean curvature of the
+    (clipped) gradients along ``s`` over the step from above, with ``resolution`` noise sds
+    to spare: ``u = max(sᵀq, 0) + resolution · noise``. Where ``u < ½ sᵀPs`` (the model
+    claims more than twice that) the model's curvature along ``s`` is lowered to ``u``:
+    ``P ← P − (1 − u/sᵀPs) P s sᵀ P / (sᵀPs)``, which gives ``sᵀP's = u``, leaves ``P``
+    unchanged on the directions ``P``-orthogonal to ``s`` and stays positive definite
+    (``xᵀP'x ≥ (u/sᵀPs) xᵀPx``). On a quadratic the next Newton step along ``s`` then still
+    falls short of the mode rather than past it; a ridge whose information a Fisher read far
+    from the mode overstated is walked at the pace the released gradients allow. (Where
+    ``u`` is below the prior's share of ``sᵀPs``, the caller's step uses the prior's.)
     """
     step = np.asarray(step, dtype=float)
     q = -np.asarray(gradient_change, dtype=float)

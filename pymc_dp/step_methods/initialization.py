@@ -1295,7 +1295,8 @@ def _centre_steps(
             if mu >= step_mu * (1 - 1e-9):
                 break
             planned = step_mu
-        else:  # noise length ∝ 1/√μ, aimed at a fraction of this step's length
+        else:  # noise length ∝ 1/√μ, aimed at a fraction of this step's length (taken as at
+            # most max_step, not the grown trust region: a long walk keeps precise releases)
             wanted = _CENTRE_STEP_PRECISION * noise_length / min(signal, max_step)
             planned = float(np.clip(mu * wanted**2, floor, step_mu))
     return theta, mus, math.sqrt(noise_squares), planned

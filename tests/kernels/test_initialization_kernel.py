@@ -103,15 +103,16 @@ def test_a_secant_over_a_long_step_corrects_the_curvature_and_a_short_one_is_ign
 
 
 def test_an_unresolved_secant_bounds_an_overstated_curvature_and_keeps_it_above_the_truth():
-    # a ridge: the model claims 100 times the true information along it (a Fisher read far
-    # from the mode), and the gradients' change over the step is below 4 noise sds
+    # a ridge: the model claims 199 times the true information along it (1.99 against 0.01:
+    # a Fisher read far from the mode), and the gradients' change over the step is below 4
+    # noise sds
     rng = np.random.default_rng(8)
     ridge = np.array([1.0, 1.0, 0.0]) / np.sqrt(2)
     truth = np.eye(3) + 0.01 * np.outer(ridge, ridge) - np.outer(ridge, ridge)  # 0.01 along it
-    wrong = np.linalg.inv(np.eye(3) + 99 * 0.01 * np.outer(ridge, ridge))  # 1.0 along it
+    wrong = np.linalg.inv(np.eye(3) + 0.99 * np.outer(ridge, ridge))  # 1.99 along it
     step = 5.0 * ridge
     noise = np.full(3, 0.3**2)
-    resolved, bounded = 0, 0
+    bounded = 0
     for _ in range(50):
         change = -(truth @ step) + rng.standard_normal(3) * 0.3 * np.sqrt(2)
         assert secant_update(wrong, step, change, 2 * noise) is None  # unresolved: as before
@@ -126,8 +127,7 @@ def test_an_unresolved_secant_bounds_an_overstated_curvature_and_keeps_it_above_
         # across the step (orthogonal in the model's metric) nothing changes
         across = np.array([0.0, 0.0, 1.0])
         assert across @ precision @ across == pytest.approx(1.0)
-        resolved += secant_update(wrong, step, change, 2 * noise) is not None
-    assert bounded == 50 and resolved == 0
+    assert bounded == 50
     # a model that already claims no more than the gradients allow is left alone
     assert (
         secant_update(np.linalg.inv(truth), step, -(truth @ step), 2 * noise, bound_unresolved=True)
