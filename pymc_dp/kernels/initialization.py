@@ -700,13 +700,16 @@ def secant_update(
         noise = float(np.sqrt(max(step @ change_var @ step, 0.0)))
     else:
         noise = float(np.sqrt(np.sum(step**2 * change_var)))
+    resolved = np.isfinite(curvature) and curvature > resolution * noise and curvature > 0
+    if not (resolved or bound_unresolved):
+        return None
     precision = np.linalg.inv(covariance)
     precision = 0.5 * (precision + precision.T)
     ps = precision @ step
     modelled = float(step @ ps)
-    if not (np.isfinite(curvature) and curvature > resolution * noise and curvature > 0):
+    if not resolved:
         bound = max(curvature, 0.0) + resolution * noise
-        if not (bound_unresolved and np.isfinite(bound) and 0 < bound < 0.5 * modelled):
+        if not (np.isfinite(bound) and 0 < bound < 0.5 * modelled):
             return None
         updated = precision - (1.0 - bound / modelled) * np.outer(ps, ps) / modelled
     else:

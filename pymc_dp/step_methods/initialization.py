@@ -1252,15 +1252,16 @@ def _centre_steps(
             # far too small states sds a hundredth of the truth); it doubles, and halves back
             # once a step overshoots
             last = theta - previous[0]
+            uphill = float(gradient @ last)
             length = float(np.linalg.norm(np.linalg.solve(previous[3], last)))
-            if length >= 0.5 * reach and float(gradient @ last) > 0:
+            if length >= 0.5 * reach and uphill > 0:
                 reach = min(2.0 * reach, _CENTRE_REACH_GROWTH * max_step)
-            elif float(gradient @ last) < 0:
+            elif uphill < 0:
                 reach = max(0.5 * reach, max_step)
-        if previous is not None:  # the curvature along the last step, where it is resolved
+            # the curvature along the last step, where it is resolved
             updated = secant_update(
                 newton_covariance,
-                theta - previous[0],
+                last,
                 modelled - previous[1],
                 previous[2] + release.noise_covariance,
                 bound_unresolved=True,
