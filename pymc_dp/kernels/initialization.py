@@ -667,6 +667,7 @@ def secant_update(
     *,
     resolution: float = 4.0,
     bound_unresolved: bool = False,
+    bound_margin: float = 2.0,
 ) -> np.ndarray | None:
     """The curvature along a long step, from the gradients at its two ends (a BFGS update).
 
@@ -681,16 +682,24 @@ def secant_update(
     and ``Σ = P⁻¹`` is returned; else ``None`` (the secant is noise). A short
     step (the design already at the mode) is never resolved. Post-processing of released values.
 
-    With ``bound_unresolved``, an unresolved secant still bounds the mean curvature of the
-    (clipped) gradients along ``s`` over the step from above, with ``resolution`` noise sds
-    to spare: ``u = max(sᵀq, 0) + resolution · noise``. Where ``u < ½ sᵀPs`` (the model
-    claims more than twice that) the model's curvature along ``s`` is lowered to ``u``:
+    With ``bound_unresolved``, an unresolved secant still bounds the mean curvature ``c`` of
+    the (clipped) gradients along ``s`` over the step from above, with ``bound_margin`` noise
+    sds to spare: ``u = max(sᵀq, 0) + bound_margin · noise``. Where ``u < sᵀPs`` (the model
+    claims more) the model's curvature along ``s`` is lowered to ``u``:
     ``P ← P − (1 − u/sᵀPs) P s sᵀ P / (sᵀPs)``, which gives ``sᵀP's = u``, leaves ``P``
     unchanged on the directions ``P``-orthogonal to ``s`` and stays positive definite
-    (``xᵀP'x ≥ (u/sᵀPs) xᵀPx``). On a quadratic the next Newton step along ``s`` then still
-    falls short of the mode rather than past it; a ridge whose information a Fisher read far
-    from the mode overstated is walked at the pace the released gradients allow. (Where
-    ``u`` is below the prior's share of ``sᵀPs``, the caller's step uses the prior's.)
+    (``xᵀP'x ≥ (u/sᵀPs) xᵀPx``). ``u`` is below ``c`` only when the noise is more than
+    ``bound_margin`` sds low, and below ``c/2`` (a Newton step along ``s`` past twice the
+    mode's distance, the point where a Newton iteration diverges) only when it is more than
+    ``2 · bound_margin`` sds low (``u ≥ bound_margin · noise`` needs ``c > 2 · bound_margin ·
+    noise``, and ``sᵀq < c/2 − bound_margin · noise`` a noise below
+    ``−(c/2 + bound_margin · noise)``; 4 sds with the default). So, per secant, the next
+    Newton step along ``s`` falls short of the mode unless the noise is more than
+    ``bound_margin`` sds low, then past it by less than its distance (still converging),
+    and past twice the distance only beyond ``2 · bound_margin`` sds; a ridge
+    whose information a Fisher read far from the mode overstated is walked at the pace the
+    released gradients allow. (Where ``u`` is below the prior's share of ``sᵀPs``, the
+    caller's step uses the prior's.)
     """
     step = np.asarray(step, dtype=float)
     q = -np.asarray(gradient_change, dtype=float)
@@ -708,8 +717,8 @@ def secant_update(
     ps = precision @ step
     modelled = float(step @ ps)
     if not resolved:
-        bound = max(curvature, 0.0) + resolution * noise
-        if not (np.isfinite(bound) and 0 < bound < 0.5 * modelled):
+        bound = max(curvature, 0.0) + bound_margin * noise
+        if not (np.isfinite(bound) and 0 < bound < modelled):
             return None
         updated = precision - (1.0 - bound / modelled) * np.outer(ps, ps) / modelled
     else:

@@ -892,9 +892,11 @@ def private_centring(
        the rows' Fisher information can be far from the posterior's (on the zoo's mixture,
        100–200 sd out, ``Σ̂``'s sds came out 2.6–4.4 times the truth and the centre stayed
        20–45 sd off). A reservation of two releases of ``histogram_share · M*``: the Fisher at
-       ``θ_c`` with the clip ``C`` and the whitening ``P``, then Newton steps with it (the
-       first round's allowance), then a norm histogram at the new ``θ_c``. ``Σ̂``, ``P`` and
-       ``Ĝ``'s clip are the last usable round's.
+       ``θ_c`` with the clip ``C`` and a whitening from the last release (the geometric
+       midpoint of the information it allows along a direction it does not resolve, as in 4,
+       rather than ``Σ̂``'s top of that range; ``C`` carried over by the rows' typical norms),
+       then Newton steps with it (the first round's allowance), then a norm histogram at the
+       new ``θ_c``. ``Σ̂``, ``P`` and ``Ĝ``'s clip are the last usable round's.
     4. **Sharper curvature for the sampler.** While the last Fisher release leaves a direction
        whose information it bounds only loosely
        (:func:`~pymc_dp.kernels.initialization.loose_directions`: the top of its range more
@@ -951,6 +953,9 @@ def private_centring(
     theta_c = np.array(start.theta, dtype=float)
     step_mus, rounds, next_mu, sharpened = [], 0, None, 0
     covariance, fisher = start.covariance, None
+    # the whitening and clip of the next Fisher read (the last estimate's, unless a round
+    # gives a better one for reading below)
+    read_whitening, read_clip = whitening, clip
 
     def remaining_mu() -> float:  # what the ledger has left, this centring's releases counted
         return _remaining_mu(
@@ -961,15 +966,15 @@ def private_centring(
         rounds += 1
         # the last round's result, kept should this round's curvature come out unusable
         kept = (theta_c, covariance, whitening, clip, fisher)
-        # the curvature at the current centre: the clipped Fisher information, whitened with
-        # the last private covariance (Σ̂₀ in the first round)
+        # the curvature at the current centre: the clipped Fisher information, whitened as
+        # the last round chose (with Σ̂₀ in the first round)
         fisher = FisherRelease(
-            channel, grad_clip=clip, noise_multiplier=z_histogram, whitening=whitening
+            channel, grad_clip=read_clip, noise_multiplier=z_histogram, whitening=read_whitening
         )(theta_c)
         prior = prior_hessian(space.logprior_grad, theta_c)  # public
         covariance = covariance_from_fisher(
             fisher.value,
-            whitening,
+            read_whitening,
             fisher.noise_std,
             prior,
             fallback=start.covariance,
@@ -978,12 +983,14 @@ def private_centring(
         )
         if not _usable(covariance):  # numerically singular: the previous round's result
             if rounds > 1:
+                # (old_whitening, which the kept release was read in, is reassigned only
+                # below, so it stays paired with that release for the sharper reads)
                 theta_c, covariance, whitening, clip, fisher = kept
                 break
             covariance = start.covariance
         information = np.linalg.inv(covariance)
-        old_whitening, whitening = whitening, _centring_whitening(covariance, gathered)
-        clip = _rescaled_clip(clip, information, whitening, old_whitening, n)
+        old_whitening, whitening = read_whitening, _centring_whitening(covariance, gathered)
+        clip = _rescaled_clip(read_clip, information, whitening, old_whitening, n)
         # Newton steps from there with whitened gradients: each step's share is fixed in the
         # first round (a share of what is left then, split evenly)
         remaining = remaining_mu()
@@ -1049,6 +1056,26 @@ def private_centring(
             break
         budget.reserve(histogram_event, 2, mechanism=f"{label} (centring: curvature again)")
         channel.counter.allow(histogram_event, 2)
+        # the next read's whitening: where this release left a direction unresolved, the
+        # Newton steps took the top of its range (an earlier estimate's information, which
+        # keeps them short), but whitening the next read with it keeps that direction
+        # squeezed, and it is resolved only a little better each round (a regression in its
+        # covariates' own units: the intercept's sd 0.08, 0.2, 0.5 of the truth in three
+        # rounds). The range's geometric midpoint, as the sharper reads below take it, spreads
+        # the next read's clip over such directions (there: 0.08, 0.5, 1.0)
+        read_whitening, read_clip = whitening, clip
+        midpoint = covariance_from_fisher(
+            fisher.value,
+            old_whitening,
+            fisher.noise_std,
+            prior_hessian(space.logprior_grad, theta_c),
+            midpoint=True,
+            pattern=pattern,
+            flat=flat,
+        )
+        if _usable(midpoint):
+            read_whitening = _centring_whitening(midpoint, gathered)
+            read_clip = _rescaled_clip(clip, np.linalg.inv(midpoint), read_whitening, whitening, n)
     # directions the last release bounds only loosely (a ridge the likelihood does not inform,
     # a hierarchy's μ_a, σ_a against its z_j; or one its whitening squeezed): read the
     # curvature again at the centre, in the whitening the last estimate gives, which spreads
@@ -1194,7 +1221,8 @@ def _centre_steps(
     prior's information at the round's start, ``prior_part``; ``s`` the positive-part
     James–Stein factor of the likelihood's part of the step), the likelihood's curvature
     along consecutive steps corrected by their secant where it is resolved (and lowered to
-    the upper bound an unresolved secant gives, where it claims more than twice that:
+    the upper bound, two noise sds above the measured curvature, that an unresolved secant
+    gives, where it claims more:
     :func:`~pymc_dp.kernels.initialization.secant_update` with ``bound_unresolved``), until a
     full release's step is within ``_CENTRE_STOP_SIGNAL`` noise lengths of zero. Each step
     stays within the trust region of ``_MAX_CENTRE_STEP`` sds of the current curvature

@@ -123,6 +123,9 @@ def test_an_unresolved_secant_bounds_an_overstated_curvature_and_keeps_it_above_
         precision = np.linalg.inv(updated)
         along = float(step @ precision @ step)
         assert step @ truth @ step < along < 0.5 * (step @ np.linalg.inv(wrong) @ step)
+        assert along == pytest.approx(
+            max(-(step @ change), 0.0) + 2 * np.sqrt(step @ (2 * noise * step))
+        )
         assert np.all(np.linalg.eigvalsh(updated) > 0)
         # across the step (orthogonal in the model's metric) nothing changes
         across = np.array([0.0, 0.0, 1.0])
@@ -133,6 +136,32 @@ def test_an_unresolved_secant_bounds_an_overstated_curvature_and_keeps_it_above_
         secant_update(np.linalg.inv(truth), step, -(truth @ step), 2 * noise, bound_unresolved=True)
         is None
     )
+
+
+def test_the_bound_of_an_unresolved_secant_lets_a_newton_step_overshoot_twofold_only_4_sd_out():
+    # the measured curvature s^T q = c + xi * noise for a true curvature c of 3 to 8 noise sds
+    # (a model claiming ten times it): every unresolved secant (s^T q below 4 noise sds) lowers
+    # the model's curvature; below c (a Newton step past the mode) only where xi < -2, and
+    # below c / 2 (past twice the mode's distance, where the iteration diverges) only where
+    # xi < -4; and that happens there (the check is not empty)
+    step = np.array([1.0, 0.0])
+    variance = np.array([1.0, 1.0])  # noise sd of the change along s: 1
+    for c in (3.0, 4.0, 6.0, 8.0):
+        claimed = np.linalg.inv(np.diag([10.0 * c, 1.0]))
+        below_half = 0
+        for xi in np.linspace(-(c + 2.0), 4.0 - c - 1e-6, 400):
+            change = np.array([-(c + xi), 0.0])
+            updated = secant_update(claimed, step, change, variance, bound_unresolved=True)
+            assert updated is not None  # unresolved, and the model claims more than the bound
+            along = float(step @ np.linalg.inv(updated) @ step)
+            assert along == pytest.approx(max(c + xi, 0.0) + 2.0)
+            if along < c:
+                assert xi < -2.0
+            if along < 0.5 * c:
+                assert xi < -4.0
+                below_half += 1
+        # with c > 4 sds a noise far enough below -(c/2 + 2) sds does lower it past c / 2
+        assert (below_half > 0) == (c > 4.0)
 
 
 def test_newton_from_a_design_recovers_the_mode_and_covariance_and_keeps_zero_correlations():
