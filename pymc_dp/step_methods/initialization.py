@@ -1016,11 +1016,12 @@ def private_centring(
         # the curvature at the new centre: the same release, the prior's part where the centre
         # now is (a hierarchical prior's curvature can change by orders of magnitude on the way)
         round_covariance = covariance
+        moved_prior = prior_hessian(space.logprior_grad, theta_c)  # public
         moved_covariance = covariance_from_fisher(
             fisher.value,
             old_whitening,
             fisher.noise_std,
-            prior_hessian(space.logprior_grad, theta_c),
+            moved_prior,
             fallback=start.covariance,
             pattern=pattern,
             flat=flat,
@@ -1068,7 +1069,7 @@ def private_centring(
         read_whitening, read_clip = _midpoint_read(
             fisher,
             old_whitening,
-            prior_hessian(space.logprior_grad, theta_c),
+            moved_prior,
             whitening,
             clip,
             gathered,
