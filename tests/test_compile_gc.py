@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from collections import OrderedDict
 
 import numpy as np
 import pymc as pm
@@ -33,6 +34,8 @@ def test_every_compilation_of_a_build_and_of_first_use_runs_with_the_collector_p
         return function(*args, **kwargs)
 
     monkeypatch.setattr(_compile.pytensor, "function", spy)
+    # an earlier test in this process may have compiled the same graphs: start with none remembered
+    monkeypatch.setattr(_compile, "_cache", OrderedDict())
     y = np.random.default_rng(3).normal(1.0, 1.0, 40)
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 10.0)
