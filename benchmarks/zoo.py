@@ -11,7 +11,8 @@ data (Laplace, importance-corrected; ``--reference nuts`` for small n), builds t
 and runs ``pymc_dp.sample(step, chains=chains, progressbar=False)`` from PyMC's default initial
 point. One row per run: the model, n, d (unconstrained parameters), ε, the step's predicted ESS
 (``step.predicted_ess()`` where the step has it, NaN otherwise), max R̂, min bulk ESS, the
-largest ``|mean − reference mean|`` in reference sds, the range of sd ratios (DP / reference),
+largest ``|mean − reference mean|`` in reference sds and in the run's own sds (how honest its
+intervals are about its error), the range of sd ratios (DP / reference),
 the ε spent, the stated tilt of the target by the centre's noise (in posterior sd) and the
 directions the Fisher release left unresolved (from the release's privacy metadata,
 :func:`pymc_dp.privacy_report`), the first words of each warning pymc_dp issued, and the wall
@@ -50,6 +51,7 @@ COLUMNS = (
     "rhat_max",
     "ess_bulk_min",
     "max_abs_mean_diff_sd",
+    "max_abs_mean_diff_own_sd",
     "sd_ratio_min",
     "sd_ratio_max",
     "acceptance",

@@ -32,6 +32,7 @@ Every computation here reads the data without noise: this is evaluation code, no
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -1162,9 +1163,12 @@ def summarize(idata_posterior: Any, reference: Mapping[str, Moments]) -> dict[st
     -------
     dict
         ``max_abs_mean_diff_sd`` (largest ``|mean − reference mean| / reference sd`` over the
-        reference's scalar elements), ``sd_ratio_min`` and ``sd_ratio_max`` (run sd / reference
-        sd), and, from :func:`pymc_dp.check_convergence` over every released variable,
-        ``rhat_max``, ``ess_bulk_min`` and ``acceptance`` (NaN without sample stats).
+        reference's scalar elements), ``max_abs_mean_diff_own_sd`` (the same in the run's own
+        sd: how far outside its own intervals the reference mean lies, so a run whose intervals
+        are honest about its error keeps it near or below 2), ``sd_ratio_min`` and
+        ``sd_ratio_max`` (run sd / reference sd), and, from :func:`pymc_dp.check_convergence`
+        over every released variable, ``rhat_max``, ``ess_bulk_min`` and ``acceptance`` (NaN
+        without sample stats).
     """
     posterior = group_dataset(idata_posterior, "posterior")
     stats = group_dataset(idata_posterior, "sample_stats")
@@ -1172,17 +1176,21 @@ def summarize(idata_posterior: Any, reference: Mapping[str, Moments]) -> dict[st
         posterior = getattr(idata_posterior, "ds", idata_posterior)  # a posterior dataset
     if posterior is None:
         raise ValueError("summarize needs an InferenceData/DataTree or a posterior dataset.")
-    diffs, ratios = [], []
+    diffs, ratios, own = [], [], []
     for label, moments in reference.items():
         draws = _element_draws(posterior, label)
-        diffs.append(abs(float(draws.mean()) - moments.mean) / moments.sd)
-        ratios.append(float(draws.std(ddof=1)) / moments.sd)
+        error = abs(float(draws.mean()) - moments.mean)
+        spread = float(draws.std(ddof=1))
+        diffs.append(error / moments.sd)
+        ratios.append(spread / moments.sd)
+        own.append(error / spread if spread > 0 else (0.0 if error == 0 else math.inf))
     groups = {"posterior": posterior}
     if stats is not None:
         groups["sample_stats"] = stats
     check = check_convergence(groups)
     return {
         "max_abs_mean_diff_sd": float(np.max(diffs)),
+        "max_abs_mean_diff_own_sd": float(np.max(own)),
         "sd_ratio_min": float(np.min(ratios)),
         "sd_ratio_max": float(np.max(ratios)),
         "rhat_max": float(check.rhat_max),

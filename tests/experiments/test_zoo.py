@@ -186,11 +186,13 @@ def test_summarize_measures_the_distance_to_the_reference():
     ref = {"alpha": Moments(1.0, 0.1), "beta[0]": Moments(2.0, 0.5), "beta[1]": Moments(-1, 2)}
     exact = summarize(_fake_posterior(ref, 0.0, 1.0), ref)
     assert exact["max_abs_mean_diff_sd"] < 0.05
+    assert exact["max_abs_mean_diff_own_sd"] < 0.05
     assert 0.95 < exact["sd_ratio_min"] <= exact["sd_ratio_max"] < 1.05
     assert exact["rhat_max"] < 1.01 and exact["ess_bulk_min"] > 4000
     assert math.isnan(exact["acceptance"])  # a bare posterior has no sample stats
     off = summarize(_fake_posterior(ref, 2.0, 0.5), ref)
     assert 1.9 < off["max_abs_mean_diff_sd"] < 2.1
+    assert 3.8 < off["max_abs_mean_diff_own_sd"] < 4.2  # 2 reference sds are 4 of its own
     assert 0.45 < off["sd_ratio_min"] <= off["sd_ratio_max"] < 0.55
 
 
