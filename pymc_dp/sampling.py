@@ -72,7 +72,10 @@ def sample(
         from its private initialisation (automatic settings) and for a ``DPHMC`` on centred
         releases, 0.5 otherwise.
     draws : int, optional
-        Draws per chain kept after tuning; default: the rest of each chain's share.
+        Draws per chain kept after tuning; default: the rest of each chain's share. On
+        automatic settings, more draws than the step's plan holds (with ``tune`` a fraction)
+        lengthen each chain to ``draws / (1 − tune)`` iterations, with the noise chosen for
+        that length.
     cores, random_seed, progressbar, **kwargs
         Passed to ``pm.sample``. ``random_seed`` seeds the public randomness only (the private
         initialisation's designs, proposals, momenta, accept draws), so a run is reproducible

@@ -24,6 +24,7 @@ the oracle. Its per-iteration cost is the composition of its mechanisms' privacy
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from abc import abstractmethod
 from dataclasses import field
@@ -76,11 +77,27 @@ _MIN_CHAIN_LENGTH = 50
 _MAX_CHAIN_LENGTH = 4000
 
 
-def _given_length(tune: float | int, draws: int | None) -> int | None:
-    """Iterations per chain when ``tune`` and ``draws`` are both counts, else ``None``."""
-    if isinstance(tune, int | np.integer) and not isinstance(tune, bool) and draws:
+def _given_length(tune: float | int, draws: int | None, default: int | None = None) -> int | None:
+    """Iterations per chain asked for, or ``None`` where the step's plan decides.
+
+    ``tune + draws`` when both are counts. With ``draws`` a count and ``tune`` a fraction ``f``
+    of each chain: ``None`` when ``⌊f·default⌋ + draws`` fits in the ``default`` planned length
+    (as without ``draws``), else the shortest chain whose first ``⌊f·length⌋`` iterations leave
+    ``draws`` (``draws = 8000`` at ``f = 0.2``: 10 000), so asking for more draws than the
+    default plan holds gives a longer chain with more noise per iteration, not an error.
+    """
+    if isinstance(draws, bool) or not isinstance(draws, int | np.integer) or draws < 1:
+        return None
+    if isinstance(tune, int | np.integer) and not isinstance(tune, bool):
         return int(tune) + int(draws)
-    return None
+    if not (isinstance(tune, float | np.floating) and 0.0 <= tune < 1.0):
+        return None
+    if default is not None and math.floor(float(tune) * default) + int(draws) <= default:
+        return None
+    length = math.ceil(int(draws) / (1.0 - float(tune)))
+    while length - math.floor(float(tune) * length) < int(draws):  # rounding
+        length += 1
+    return length
 
 
 @dataclass_state
@@ -409,7 +426,7 @@ class DPStep(BlockedStep):
                     ),
                     public_rng=np.random.default_rng(self.rng.integers(2**63)),
                 )
-                length = _given_length(tune, draws)
+                length = self._requested_length(tune, draws)
                 self._private_start = self._after_initialization(start, int(chains), length)
             except InsufficientDataError as err:
                 # refused after reading: say what the refused preparation has cost
@@ -434,9 +451,14 @@ class DPStep(BlockedStep):
         self._setup_chain()
         return plan_iterations(self, chains=chains, tune=tune, draws=draws)
 
+    def _requested_length(self, tune: float | int, draws: int | None) -> int | None:
+        """The chain length ``tune`` and ``draws`` ask for (:func:`_given_length`), ``None``
+        where the plan decides; a step with a planned default length passes it."""
+        return _given_length(tune, draws)
+
     def _chain_length(self, chains: int, tune: float | int, draws: int | None) -> int:
         """Each chain's planned length: given counts, else the target noise's (clamped)."""
-        given = _given_length(tune, draws)
+        given = self._requested_length(tune, draws)
         if given is not None:
             return given
         remaining = self.budget.report().remaining_mu

@@ -358,11 +358,16 @@ class DPHMC(CentredSampling, DPStep):
     def _refine_initialization(self) -> bool:
         return not self._uses_control_variate()  # the centre's gradient locates the posterior
 
+    def _requested_length(self, tune: float | int, draws: int | None) -> int | None:
+        """With the control variate, ``draws`` beyond the planned length lengthen the chain."""
+        default = _CENTRED_CHAIN_LENGTH if self._uses_control_variate() else None
+        return _given_length(tune, draws, default)
+
     def _chain_length(self, chains: int, tune: float | int, draws: int | None) -> int:
         """With the control variate, at most the length the centring planned the split for
         (and at least ``_min_chain_length``, with more noise than the target if need be)."""
         length = super()._chain_length(chains, tune, draws)
-        if self._centring is not None and _given_length(tune, draws) is None:
+        if self._centring is not None and self._requested_length(tune, draws) is None:
             # as many iterations as the rest of the budget buys at the target noise, at most
             # the planned length: with fewer, more noise per release only shortens the steps
             return min(length, _CENTRED_CHAIN_LENGTH)

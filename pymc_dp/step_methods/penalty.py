@@ -286,9 +286,14 @@ class DPPenalty(CentredSampling, DPStep):
             and share != 0
         )
 
+    def _requested_length(self, tune: float | int, draws: int | None) -> int | None:
+        """With the control variate, ``draws`` beyond the planned length lengthen the chain."""
+        default = _CENTRED_CHAIN_LENGTH if self._uses_control_variate() else None
+        return _given_length(tune, draws, default)
+
     def _chain_length(self, chains: int, tune: float | int, draws: int | None) -> int:
         """With the centred ratio, the length the centring planned the budget split for."""
-        if self._centring is not None and _given_length(tune, draws) is None:
+        if self._centring is not None and self._requested_length(tune, draws) is None:
             return _CENTRED_CHAIN_LENGTH
         return super()._chain_length(chains, tune, draws)
 

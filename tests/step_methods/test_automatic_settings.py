@@ -409,3 +409,23 @@ def test_random_seed_makes_an_automatic_run_reproducible_up_to_its_dp_noise():
     fresh_start, fresh_draws = run(3)  # OS-entropy noise: random_seed does not fix it
     assert not np.array_equal(start, fresh_start)
     assert not np.array_equal(draws, fresh_draws)
+
+
+@pytest.mark.parametrize("cls", [pymc_dp.DPPenalty, pymc_dp.DPHMC])
+def test_more_draws_than_the_planned_chain_lengthen_it_and_spend_the_budget(cls):
+    """``draws`` beyond the default plan (2000 iterations per chain for DPPenalty, 500 for
+    DPHMC) with the default tuning fraction gave a chain of that many draws: they used to be
+    refused (BudgetExceededError, "what is left allows 2000 iterations") although the noise is
+    chosen by the step."""
+    model, _, _ = normal_model(5_000, seed=2)
+    with model:
+        step = cls(budget=pymc_dp.PrivacyBudget(epsilon=5.0, delta=1e-6), noise_rng=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pymc_dp.ConvergenceWarning)
+        idata = pymc_dp.sample(step, chains=1, draws=3000, cores=1, random_seed=1, **quiet())
+    meta = pymc_dp.privacy_report(idata, show=False)
+    assert idata.posterior.sizes["draw"] == 3000
+    length = meta["dp_iterations_per_chain"]
+    assert meta["dp_tune_per_chain"] == int(0.2 * length) and length - int(0.2 * length) == 3000
+    capacity = float(gaussian_capacity(5.0, 1e-6))
+    assert 0.99 * capacity <= meta["dp_mu_spent"] <= capacity * (1 + 1e-9)  # spent, not more
