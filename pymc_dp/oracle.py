@@ -44,6 +44,8 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import pymc as pm
 import pytensor
+import pytensor.scalar as ps
+import pytensor.scalar.math as ps_math
 import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.mode import Mode
@@ -54,6 +56,8 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.basic import Alloc
+from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type import integer_dtypes
 
@@ -421,6 +425,98 @@ def _drop_specify_shape(fgraph: Any, node: Any) -> list[Variable] | None:
         if not out.type.is_super(x.type):
             return None
     return [x]
+
+
+def _negated(var: Variable) -> Variable | None:
+    """``x`` where ``var`` is ``−x`` (``neg(x)``, or ``mul(−1, x)``: PyTensor 2's canonical
+    negation), else ``None``."""
+    node = var.owner
+    if node is None or not isinstance(node.op, Elemwise):
+        return None
+    scalar = node.op.scalar_op
+    if isinstance(scalar, ps.Neg):
+        return node.inputs[0]
+    if isinstance(scalar, ps.Mul) and len(node.inputs) == 2:
+        for k, other in ((0, 1), (1, 0)):
+            try:
+                constant = pt.get_underlying_scalar_constant_value(
+                    node.inputs[k], only_process_constants=True
+                )
+            except NotScalarConstantError:
+                continue
+            if constant == -1 and node.inputs[other].type.is_super(var.type):
+                return node.inputs[other]
+    return None
+
+
+@node_rewriter([Elemwise])
+def _log1p_neg_sigmoid(fgraph: Any, node: Any) -> list[Variable] | None:
+    """``log1p(−σ(x))`` → ``−softplus(x)``: a Bernoulli's ``log(1 − p)`` with ``p = σ(η)``,
+    which PyTensor's stabilisation misses where the negation has PyTensor 2's canonical form
+    ``mul(−1, ·)`` (``log1p(−σ(η))`` is −∞ from ``η ≈ 37`` on, its gradient NaN)."""
+    if not isinstance(node.op.scalar_op, ps.Log1p):
+        return None
+    inner = _negated(node.inputs[0])
+    if inner is None or inner.owner is None or not isinstance(inner.owner.op, Elemwise):
+        return None
+    if not isinstance(inner.owner.op.scalar_op, ps_math.Sigmoid):
+        return None
+    [out] = node.outputs
+    result = -pt.softplus(inner.owner.inputs[0])
+    return [result] if out.type.is_super(result.type) else None
+
+
+@node_rewriter([Elemwise])
+def _softplus_of_negation(fgraph: Any, node: Any) -> list[Variable] | None:
+    """``softplus(−x)`` → ``softplus(x) − x`` where ``softplus(x)`` is computed too.
+
+    A Bernoulli row's log-likelihood, stabilised, is ``switch(y, −softplus(−η),
+    −softplus(η))``, and a switch computes both branches: two softplus (two ``exp``, two
+    ``log1p``) per row, where one serves both (a logistic regression's log-likelihood pass,
+    d = 10, n = 10⁵: 3.8 ms against 2.4 ms before the stabilisation). The identity is exact; in
+    floating point ``softplus(x) − x`` loses ``softplus(−x)`` below the rounding of ``x``
+    (``e^{−x}`` against ``10⁻¹⁶ x`` for large ``x``), an absolute error of a log-likelihood of
+    at most that rounding."""
+    if not isinstance(node.op.scalar_op, ps_math.Softplus):
+        return None
+    x = _negated(node.inputs[0])
+    if x is None:
+        return None
+    clients = fgraph.clients.get(x, []) if hasattr(fgraph, "clients") else []
+    if not any(
+        isinstance(getattr(client, "op", None), Elemwise)
+        and isinstance(client.op.scalar_op, ps_math.Softplus)
+        for client, _ in clients
+    ):
+        return None
+    [out] = node.outputs
+    result = pt.softplus(x) - x
+    return [result] if out.type.is_super(result.type) else None
+
+
+@node_rewriter([Elemwise])
+def _sigmoid_range_check(fgraph: Any, node: Any) -> list[Variable] | None:
+    """``σ(x) ≥ c`` for ``c ≤ 0`` and ``σ(x) ≤ c`` for ``c ≥ 1`` → ``¬isnan(x)``: the same
+    truth value for every ``x`` (``±∞`` included). PyMC checks ``0 ≤ p ≤ 1`` on a Bernoulli's
+    ``p = σ(η)``, which otherwise computes ``σ(η)`` for the check alone once the log-likelihood
+    is taken as ``−softplus(∓η)`` (an ``exp`` and a division per row)."""
+    scalar = node.op.scalar_op
+    if not isinstance(scalar, ps.GE | ps.LE) or len(node.inputs) != 2:
+        return None
+    p, bound = node.inputs
+    if p.owner is None or not isinstance(p.owner.op, Elemwise):
+        return None
+    if not isinstance(p.owner.op.scalar_op, ps_math.Sigmoid):
+        return None
+    try:
+        c = float(pt.get_underlying_scalar_constant_value(bound, only_process_constants=True))
+    except NotScalarConstantError:
+        return None
+    if not (c <= 0.0 if isinstance(scalar, ps.GE) else c >= 1.0):
+        return None
+    [out] = node.outputs
+    result = pt.invert(pt.isnan(p.owner.inputs[0]))
+    return [result] if out.type.is_super(result.type) else None
 
 
 @node_rewriter([OpFromGraph])
@@ -853,9 +949,21 @@ class RowLikelihood:
         terms = clone_replace(
             self._lik_terms, {r.variable: p for r, p in zip(self._rows, fixed, strict=True)}
         )
-        terms = rewrite_graph(terms, include=("canonicalize",))
+        # stabilised as PyMC does before it differentiates (model.dlogp): log σ(η) becomes
+        # −softplus(−η) here, before the per-row vectorisation puts a reshape between the log
+        # and the sigmoid where the compiler's own stabilisation no longer finds them (a
+        # logistic row's log-likelihood was −∞ from |η| ≈ 37 on, its gradient NaN on PyTensor 2)
+        terms = rewrite_graph(terms, include=("canonicalize", "stabilize"))
         terms = rewrite_graph(
-            terms, include=(), custom_rewrite=in2out(_drop_specify_shape, _inline_op_from_graph)
+            terms,
+            include=(),
+            custom_rewrite=in2out(
+                _drop_specify_shape,
+                _inline_op_from_graph,
+                _log1p_neg_sigmoid,
+                _softplus_of_negation,
+                _sigmoid_range_check,
+            ),
         )
         return terms, fixed
 
@@ -1211,11 +1319,17 @@ class RowLikelihood:
         # the model's log-density: every free, observed and potential term, as model.logp()
         total = pt.add(*[t.sum() for t in self._lik_terms], *[t.sum() for _, t in self._prior])
         # PyMC's pre-gradient rewrites (model.dlogp), on a copy: they rewrite a graph in place,
-        # and these terms are the ones the oracle's own functions are built from
-        (copy,) = clone_replace([total], {})  # new nodes, the same value variables and data
-        pregrad = rewrite_graph(copy, include=("canonicalize", "stabilize"))
+        # and these terms are the ones the oracle's own functions are built from. The values
+        # too: PyMC's compiled logp is stabilised (log σ(η) as −softplus(−η)), and so are the
+        # oracle's rows, where this light mode alone would overflow (−∞ for |η| ≳ 37)
+        copies = clone_replace([total, pt.add(*self._lik_terms)], {})  # same inputs and data
+        pregrad, rows = rewrite_graph(
+            copies,
+            include=("canonicalize", "stabilize"),
+            custom_rewrite=in2out(_log1p_neg_sigmoid),  # as in the oracle's own terms
+        )
         grads = pm.pytensorf.gradient(pregrad, self.value_vars)
-        outputs = [pt.add(*self._lik_terms), total, grads]
+        outputs = [rows, pregrad, grads]
         reference = _compile_once(model.value_vars, outputs)
         expected, logp, dlogp = self._private_call(
             reference, *[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]

@@ -135,6 +135,21 @@ def test_a_formulas_switch_where_the_slope_is_large_is_not_taken_for_a_kink():
     assert not channel.likelihood_has_kinks
 
 
+def test_a_logistic_regression_with_many_covariates_is_not_taken_for_a_kinked_one():
+    # made-up rows with 30 covariates up to 10² put η in the hundreds, where the per-row
+    # log(1 − σ(η)) used to saturate in steps of log 2 (a jump, taken for a kink: a false
+    # warning on a plain logistic regression); it is now −softplus(η), exact there
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(N, 30))
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-(X @ rng.normal(0.0, 0.3, 30)))))
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 2.5)
+        b = pm.Normal("b", 0, 1, shape=30)
+        pm.Bernoulli("y", logit_p=a + pm.math.dot(X, b), observed=y)
+    _, channel = _oracle(model)
+    assert not channel.likelihood_has_kinks
+
+
 def test_noise_of_cancelling_terms_is_not_taken_for_a_kink():
     # the zoo's negative binomial GLM: on made-up rows with covariates up to 10², its terms
     # cancel to a few nats and their rounding makes second differences that do not shrink

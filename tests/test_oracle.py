@@ -110,6 +110,36 @@ def test_an_array_made_with_the_row_count_follows_the_rows(form, method):
     np.testing.assert_allclose(grad, dlogp, rtol=1e-8, atol=1e-8)
 
 
+@pytest.mark.parametrize("method", ["vectorize", "jacobian"])
+@pytest.mark.parametrize("link", ["logit_p", "p"])
+def test_a_logistic_rows_log_likelihood_and_gradient_stay_exact_far_out(link, method):
+    """A row's ``log σ(η)`` and ``log(1 − σ(η))`` are taken as ``−softplus(∓η)`` before the
+    rows are vectorised, as PyMC stabilises before it differentiates: the per-row form used to
+    compute ``log(1 − σ(η))`` from ``σ(η)`` itself, −∞ from ``η ≈ 37`` on (the gradient NaN
+    on PyTensor 2), where the log-likelihood is −η."""
+    import pymc as pm
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    y = rng.integers(0, 2, 200)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, 2.5)
+        b = pm.Normal("b", 0.0, 1.0, shape=3)
+        eta = a + pm.math.dot(X, b)
+        if link == "logit_p":
+            pm.Bernoulli("y", logit_p=eta, observed=y)
+        else:
+            pm.Bernoulli("y", p=pm.math.invlogit(eta), observed=y)
+    oracle = RowLikelihood(model, gradient_method=method)
+    for scale in (20.0, 100.0):  # |η| up to about 150 and 700
+        theta = np.array([0.0, scale, -scale, scale])
+        eta = X @ theta[1:]
+        exact = y * eta - np.logaddexp(0.0, eta)
+        np.testing.assert_allclose(oracle.loglik_rows(theta), exact, rtol=1e-12, atol=1e-12)
+        gradient = (y - 1.0 / (1.0 + np.exp(-eta)))[:, None] * np.c_[np.ones(200), X]
+        np.testing.assert_allclose(oracle.grad_rows(theta), gradient, rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_per_row_gradients_match_finite_differences(name):
     oracle = built(name, "vectorize")
