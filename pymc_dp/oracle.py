@@ -431,8 +431,8 @@ def _negated(var: Variable) -> Variable | None:
     """``x`` where ``var`` is ``−x`` (``neg(x)``, or ``mul(−1, x)``: PyTensor 2's canonical
     negation), else ``None``."""
     node = var.owner
-    if node is None or not isinstance(node.op, Elemwise):
-        return None
+    if node is None or not isinstance(node.op, Elemwise) or not var.dtype.startswith("float"):
+        return None  # (an unsigned integer's negation wraps around)
     scalar = node.op.scalar_op
     if isinstance(scalar, ps.Neg):
         return node.inputs[0]
@@ -476,7 +476,7 @@ def _softplus_of_negation(fgraph: Any, node: Any) -> list[Variable] | None:
     d = 10, n = 10⁵: 3.8 ms against 2.4 ms before the stabilisation). The identity is exact; in
     floating point ``softplus(x) − x`` loses ``softplus(−x)`` below the rounding of ``x``
     (``e^{−x}`` against ``10⁻¹⁶ x`` for large ``x``), an absolute error of a log-likelihood of
-    at most that rounding."""
+    at most that rounding; at ``x = +∞``, where the difference is undefined, it is 0."""
     if not isinstance(node.op.scalar_op, ps_math.Softplus):
         return None
     x = _negated(node.inputs[0])
@@ -490,7 +490,8 @@ def _softplus_of_negation(fgraph: Any, node: Any) -> list[Variable] | None:
     ):
         return None
     [out] = node.outputs
-    result = pt.softplus(x) - x
+    # softplus(x) is x from x ≈ 33 on, so at x = +∞ the difference is ∞ − ∞: 0 there
+    result = pt.switch(pt.eq(x, np.inf), 0.0, pt.softplus(x) - x)
     return [result] if out.type.is_super(result.type) else None
 
 

@@ -94,8 +94,10 @@ def _given_length(tune: float | int, draws: int | None, default: int | None = No
         return None
     if default is not None and math.floor(float(tune) * default) + int(draws) <= default:
         return None
-    length = math.ceil(int(draws) / (1.0 - float(tune)))
-    while length - math.floor(float(tune) * length) < int(draws):  # rounding
+    # the shortest: L − ⌊f·L⌋ grows by 0 or 1 with L, lies in (L(1 − f), L(1 − f) + 1], so
+    # the shortest L is above (draws − 1)/(1 − f) (one less, for rounding)
+    length = max(int(draws), math.floor((int(draws) - 1) / (1.0 - float(tune))) - 1)
+    while length - math.floor(float(tune) * length) < int(draws):
         length += 1
     return length
 
@@ -457,10 +459,14 @@ class DPStep(BlockedStep):
         return _given_length(tune, draws)
 
     def _chain_length(self, chains: int, tune: float | int, draws: int | None) -> int:
-        """Each chain's planned length: given counts, else the target noise's (clamped)."""
-        given = self._requested_length(tune, draws)
-        if given is not None:
-            return given
+        """Each chain's planned length: given counts, else the target noise's (clamped), or
+        longer where ``draws`` ask for more (:func:`_given_length`)."""
+        planned = self._budget_length(chains)
+        given = _given_length(tune, draws, planned)
+        return planned if given is None else given
+
+    def _budget_length(self, chains: int) -> int:
+        """Iterations per chain the rest of the budget buys at the target noise (clamped)."""
         remaining = self.budget.report().remaining_mu
         mu_target = self._unit_cost(1.0).gaussian_mu()
         if remaining is None or mu_target is None or mu_target <= 0:

@@ -366,12 +366,14 @@ class DPHMC(CentredSampling, DPStep):
     def _chain_length(self, chains: int, tune: float | int, draws: int | None) -> int:
         """With the control variate, at most the length the centring planned the split for
         (and at least ``_min_chain_length``, with more noise than the target if need be)."""
-        length = super()._chain_length(chains, tune, draws)
-        if self._centring is not None and self._requested_length(tune, draws) is None:
-            # as many iterations as the rest of the budget buys at the target noise, at most
-            # the planned length: with fewer, more noise per release only shortens the steps
-            return min(length, _CENTRED_CHAIN_LENGTH)
-        return length
+        if self._centring is None:
+            return super()._chain_length(chains, tune, draws)
+        # as many iterations as the rest of the budget buys at the target noise, at most the
+        # planned length (with fewer, more noise per release only shortens the steps); longer
+        # where draws ask for more
+        planned = min(self._budget_length(chains), _CENTRED_CHAIN_LENGTH)
+        given = _given_length(tune, draws, planned)
+        return planned if given is None else given
 
     def _centred_step_size(self) -> float:
         """``η`` in the metric of ``Σ̂`` with the control variate (given, or the default)."""

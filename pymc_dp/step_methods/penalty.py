@@ -293,8 +293,9 @@ class DPPenalty(CentredSampling, DPStep):
 
     def _chain_length(self, chains: int, tune: float | int, draws: int | None) -> int:
         """With the centred ratio, the length the centring planned the budget split for."""
-        if self._centring is not None and self._requested_length(tune, draws) is None:
-            return _CENTRED_CHAIN_LENGTH
+        if self._centring is not None:
+            given = self._requested_length(tune, draws)
+            return _CENTRED_CHAIN_LENGTH if given is None else given
         return super()._chain_length(chains, tune, draws)
 
     def _default_tune_fraction(self) -> float:

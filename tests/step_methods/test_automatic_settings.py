@@ -429,3 +429,15 @@ def test_more_draws_than_the_planned_chain_lengthen_it_and_spend_the_budget(cls)
     assert meta["dp_tune_per_chain"] == int(0.2 * length) and length - int(0.2 * length) == 3000
     capacity = float(gaussian_capacity(5.0, 1e-6))
     assert 0.99 * capacity <= meta["dp_mu_spent"] <= capacity * (1 + 1e-9)  # spent, not more
+
+
+@pytest.mark.parametrize("tune", [0.0, 0.2, 0.5, 0.37, 0.9])
+@pytest.mark.parametrize("draws", [1, 2, 7, 1601, 3000, 12345])
+def test_the_length_asked_for_is_the_shortest_that_leaves_the_draws(tune, draws):
+    from pymc_dp.step_methods.base import _given_length
+
+    length = _given_length(tune, draws)
+    assert length - int(tune * length) == draws
+    assert (length - 1) - int(tune * (length - 1)) < draws  # one shorter leaves fewer
+    assert _given_length(tune, draws, default=length) is None  # fits the plan: the plan's
+    assert _given_length(3, draws, default=10) == 3 + draws  # counts: as given
