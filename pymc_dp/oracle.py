@@ -58,6 +58,7 @@ from pytensor.graph.traversal import ancestors
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
+from pytensor.tensor.rewriting.math import is_neg
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type import integer_dtypes
 
@@ -428,25 +429,10 @@ def _drop_specify_shape(fgraph: Any, node: Any) -> list[Variable] | None:
 
 
 def _negated(var: Variable) -> Variable | None:
-    """``x`` where ``var`` is ``−x`` (``neg(x)``, or ``mul(−1, x)``: PyTensor 2's canonical
-    negation), else ``None``."""
-    node = var.owner
-    if node is None or not isinstance(node.op, Elemwise) or not var.dtype.startswith("float"):
-        return None  # (an unsigned integer's negation wraps around)
-    scalar = node.op.scalar_op
-    if isinstance(scalar, ps.Neg):
-        return node.inputs[0]
-    if isinstance(scalar, ps.Mul) and len(node.inputs) == 2:
-        for k, other in ((0, 1), (1, 0)):
-            try:
-                constant = pt.get_underlying_scalar_constant_value(
-                    node.inputs[k], only_process_constants=True
-                )
-            except NotScalarConstantError:
-                continue
-            if constant == -1 and node.inputs[other].type.is_super(var.type):
-                return node.inputs[other]
-    return None
+    """``x`` where the float ``var`` is ``−x`` (``neg(x)``, or ``mul(−1, x)``: PyTensor 2's
+    canonical negation; PyTensor's ``is_neg``), else ``None`` (an unsigned integer's negation
+    wraps around)."""
+    return is_neg(var) if var.dtype.startswith("float") else None
 
 
 @node_rewriter([Elemwise])

@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from pymc_dp.errors import ConvergenceWarning
 from pymc_dp.kernels.initialization import prior_exact_step, prior_hessian, prior_information
 from pymc_dp.kernels.noise_aware import noise_aware_stretch
+from pymc_dp.step_methods.base import _given_length
 from pymc_dp.step_methods.initialization import Centring, PrivateStart, private_centring
 
 #: Warned when a step on centred releases is first prepared on a likelihood with kinks.
@@ -58,6 +59,13 @@ class CentredSampling:
 
     _centring: Centring | None
     noise_aware: bool
+    #: Iterations per chain the centring plans its budget split for (each step's own).
+    _centred_chain_length: ClassVar[int]
+
+    def _requested_length(self, tune: float | int, draws: int | None) -> int | None:
+        """With the control variate, ``draws`` beyond the planned length lengthen the chain."""
+        default = self._centred_chain_length if self._uses_control_variate() else None
+        return _given_length(tune, draws, default)
 
     def _centre(self, start: PrivateStart, sampler_mu: Callable[[float], float]) -> PrivateStart:
         """Run the centring (accounted) and return the start it gives (post-processing).

@@ -177,6 +177,7 @@ class DPHMC(CentredSampling, DPStep):
         "diverging": (bool, []),
         "step_size": (np.float64, []),
     }
+    _centred_chain_length: ClassVar[int] = _CENTRED_CHAIN_LENGTH
     _nonprivate_stats: ClassVar[dict] = {
         "grad_clipped_fraction": (np.float64, []),
         "llr_clipped_fraction": (np.float64, []),
@@ -357,11 +358,6 @@ class DPHMC(CentredSampling, DPStep):
 
     def _refine_initialization(self) -> bool:
         return not self._uses_control_variate()  # the centre's gradient locates the posterior
-
-    def _requested_length(self, tune: float | int, draws: int | None) -> int | None:
-        """With the control variate, ``draws`` beyond the planned length lengthen the chain."""
-        default = _CENTRED_CHAIN_LENGTH if self._uses_control_variate() else None
-        return _given_length(tune, draws, default)
 
     def _chain_length(self, chains: int, tune: float | int, draws: int | None) -> int:
         """With the control variate, at most the length the centring planned the split for

@@ -23,7 +23,7 @@ from pymc_dp.mechanisms import (
 )
 from pymc_dp.prediction import centred_bound_rms, predict_penalty_ess
 from pymc_dp.step_methods.adaptation import ScaleAdaptation
-from pymc_dp.step_methods.base import DEFAULT_CHAINS, DPStep, _given_length
+from pymc_dp.step_methods.base import DEFAULT_CHAINS, DPStep
 from pymc_dp.step_methods.centred import CentredSampling
 from pymc_dp.step_methods.initialization import PrivateStart, independence_df
 from pymc_dp.step_methods.options import (
@@ -162,6 +162,7 @@ class DPPenalty(CentredSampling, DPStep):
     """
 
     name = "dp_penalty"
+    _centred_chain_length: ClassVar[int] = _CENTRED_CHAIN_LENGTH
     _nonprivate_stats: ClassVar[dict] = {"llr_clipped_fraction": (np.float64, [])}
     _chain_state: ClassVar[tuple[str, ...]] = (*DPStep._chain_state, *("_scale", "_directions"))
     _privacy_parameters: ClassVar[frozenset[str]] = DPStep._privacy_parameters | {
@@ -285,11 +286,6 @@ class DPPenalty(CentredSampling, DPStep):
             and self.batch_size is None
             and share != 0
         )
-
-    def _requested_length(self, tune: float | int, draws: int | None) -> int | None:
-        """With the control variate, ``draws`` beyond the planned length lengthen the chain."""
-        default = _CENTRED_CHAIN_LENGTH if self._uses_control_variate() else None
-        return _given_length(tune, draws, default)
 
     def _chain_length(self, chains: int, tune: float | int, draws: int | None) -> int:
         """With the centred ratio, the length the centring planned the budget split for."""
