@@ -68,11 +68,17 @@ def main() -> None:
                     / sd
                 )
                 ratio = np.abs(flat(start.theta + start.scale) - theta) / sd
+                # the centred ratio's clip (the centring's) where no plain ratio clip is chosen
+                ratio_clip = (
+                    f"ratio {start.llr_clip:.3g}"
+                    if start.llr_clip is not None
+                    else f"remainder {step.privacy_metadata()['dp_remainder_clip']:.3g}"
+                )
                 print(
                     f"{name:9s} ε={epsilon:<4g} err {err.max():6.2f}  ascent {ascent.max():7.2f}"
                     f"  stated {stated.min():.2f}–{stated.max():.2f} z {np.max(err / stated):5.1f}"
                     f"  sd ratio {ratio.min():.2f}–{ratio.max():.2f}  clips grad "
-                    f"{start.grad_clip:.3g} ratio {start.llr_clip:.3g}  share "
+                    f"{start.grad_clip:.3g} {ratio_clip}  share "
                     f"{start.mu / budget.capacity_mu:.2f}  {time.perf_counter() - started:.0f} s",
                     flush=True,
                 )

@@ -75,7 +75,7 @@ def _covariance(covariance: np.ndarray | float, d: int | None) -> np.ndarray:
 
 def independence_acceptance(
     noise_multiplier: float,
-    llr_clip: float,
+    llr_clip: float | None,
     covariance: np.ndarray,
     *,
     temperature: float = 1.0,
@@ -135,7 +135,7 @@ def independence_acceptance(
 def predict_penalty_ess(
     *,
     noise_multiplier: float,
-    llr_clip: float,
+    llr_clip: float | None,
     covariance: np.ndarray,
     chains: int,
     draws: int,
@@ -211,7 +211,7 @@ def predict_ess(
     delta: float,
     *,
     scale: np.ndarray | float,
-    llr_clip: float,
+    llr_clip: float | None,
     d: int | None = None,
     chains: int = 4,
     init_share: float = 0.1,

@@ -706,17 +706,22 @@ def test_the_centring_reads_the_curvature_again_where_its_newton_steps_lead(mixt
     information is far from the posterior's. With one Fisher read there (the code before the
     rounds) the centre stayed 19–42 sd off, ``Σ̂``'s sds 1.0–3.7 times the truth, the chains'
     start up to 26 sd off. Rounds (Fisher, Newton steps, norms) where the last round's steps
-    led, with cheaper releases for long steps: over public seeds 0–3 the centre within 2.0 sd,
-    sd ratios 0.93–1.11, the start within 1.2 sd."""
+    led, with cheaper releases for long steps: over noise seeds 0–23 the centre within
+    0.4–3.9 sd (median 2.0; before the initialisation stopped spending an unused histogram,
+    which shifts every later release's noise, 0.5–3.4, median 1.6), sd ratios 0.73–1.26, the
+    start within 1.4 sd."""
     step, mode, sd = mixture_centring
     centring = step._centring
     error = (centring.centre.theta - mode) / sd
     ratio = np.sqrt(np.diag(centring.metric @ centring.metric.T)) / sd
     start = (step.private_start.theta - mode) / sd
-    assert np.all(np.abs(error) < 3.0), error
+    assert np.all(np.abs(error) < 5.0), error
     assert np.all((ratio > 0.67) & (ratio < 1.5)), ratio
     assert np.all(np.abs(start) < 2.0), start
-    assert centring.rounds >= 2 and centring.histograms == centring.rounds + 2
+    assert centring.rounds >= 2
+    # the clip histograms: two more than the rounds, and one more when sharper curvature reads
+    # were made (the norm histogram that gives the centre release's clip in their whitening)
+    assert centring.histograms == centring.rounds + 2 + (centring.sharpened > 0)
 
 
 def test_unresolved_directions_count_the_eigenvalues_under_the_noise_radius():

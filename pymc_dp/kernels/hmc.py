@@ -113,21 +113,31 @@ def leapfrog(
     """Step 2: ``L`` leapfrog steps with ``L + 1`` noisy gradients.
 
     Returns ``(θ', p', gradient evaluations, finite)``; stops at the first non-finite position
-    or momentum (no further gradient is evaluated).
+    or momentum (no further gradient is evaluated). A position or momentum that overflows is
+    that divergence, not a NumPy warning (PyMC's integrators treat it the same way).
     """
     eta, steps = params.step_size, params.n_steps
-    momentum = momentum + 0.5 * eta * noisy_grad(theta)
+    grad = noisy_grad(theta)
+    with _overflow_is_divergence():
+        momentum = momentum + 0.5 * eta * grad
     evaluations = 1
     for j in range(1, steps + 1):
-        theta = theta + eta * params.velocity(momentum)
+        with _overflow_is_divergence():
+            theta = theta + eta * params.velocity(momentum)
         if not np.all(np.isfinite(theta)):
             return theta, momentum, evaluations, False
         grad = noisy_grad(theta)
         evaluations += 1
-        momentum = momentum + (eta if j < steps else 0.5 * eta) * grad
+        with _overflow_is_divergence():
+            momentum = momentum + (eta if j < steps else 0.5 * eta) * grad
         if not np.all(np.isfinite(momentum)):
             return theta, momentum, evaluations, False
     return theta, momentum, evaluations, True
+
+
+def _overflow_is_divergence() -> np.errstate:
+    """Arithmetic on a trajectory whose non-finite result the caller checks (a divergence)."""
+    return np.errstate(over="ignore", invalid="ignore")
 
 
 def hmc_kernel(
@@ -149,12 +159,14 @@ def hmc_kernel(
         return state, HMCInfo(False, 0.0, True, evaluations, 0.0)
     # T·R + ξ, the only data-dependent number
     released = mechanisms.release_llr(state.theta, theta_new)
-    kinetic_change = params.kinetic(p0) - params.kinetic(p_new)
-    energy_change = released.value + logprior_new - state.logprior + kinetic_change  # ΔH + ξ
+    with _overflow_is_divergence():  # a momentum that large is a divergence (−∞ or NaN below)
+        kinetic_change = params.kinetic(p0) - params.kinetic(p_new)
+        energy_change = released.value + logprior_new - state.logprior + kinetic_change  # ΔH + ξ
     diverging = not energy_change > -DIVERGENCE_THRESHOLD  # also NaN
     log_ratio = energy_change - (0.5 * released.noise_std**2 if params.penalty else 0.0)
     accepted = bool(not diverging and np.log(rng.uniform()) < log_ratio)
-    jump = float(np.linalg.norm(theta_new - state.theta))
+    with _overflow_is_divergence():  # a diverged trajectory's jump may be infinite
+        jump = float(np.linalg.norm(theta_new - state.theta))
     info = HMCInfo(accepted, jump, diverging, evaluations, released.noise_std, released.n_clipped)
     if accepted:
         return HMCState(theta_new, logprior_new), info

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import warnings
 from abc import abstractmethod
 from dataclasses import field
@@ -173,6 +174,7 @@ class DPStep(BlockedStep):
         A step with automatic settings (or an explicit ``init_share``) is built by
         :meth:`prepare`, after the private initialisation; an explicit one is built here.
         """
+        self._built_in_process = os.getpid()  # a forked worker's copy must not prepare itself
         self._constructed = True
         if self.automatic or self.init_share:
             return
@@ -374,8 +376,13 @@ class DPStep(BlockedStep):
         (warnings about what the model's graph shows)."""
 
     def _refine_initialization(self) -> bool:
-        """Whether the default initialisation may refine the mode (a second reservation)."""
+        """Whether the default initialisation may refine the mode (a further reservation)."""
         return True
+
+    def _needs_ratio_clip(self) -> bool:
+        """Whether the initialisation should choose a plain ratio's clip (its histogram costs a
+        share of the budget; default: no, the step releases no plain ratio)."""
+        return False
 
     def _after_initialization(
         self, start: PrivateStart, chains: int, length: int | None
@@ -392,8 +399,9 @@ class DPStep(BlockedStep):
         """Choose the automatic settings privately and plan ``chains`` chains; ``(tune, draws)``.
 
         On a step with automatic settings, the first call runs the private initialisation
-        (:mod:`pymc_dp.step_methods.initialization`, ``init_share`` of the budget's capacity,
-        one reservation in the ledger): it finds a start, a scale, and the clip bounds. The noise
+        (:mod:`pymc_dp.step_methods.initialization`, at most ``init_share`` of the budget's
+        capacity, reserved in the ledger before each read): it finds a start, a scale, and the
+        clip bounds. The noise
         is then calibrated budget-first (:meth:`PrivacyBudget.calibrate_noise`) so that
         ``chains`` chains of the planned length spend the rest of the budget exactly; the
         default length gives each release a noise near the step's target (a few nats for a
@@ -413,6 +421,7 @@ class DPStep(BlockedStep):
                 NoiseSource.for_chain(self._noise_seed, self.rng, secure=self.secure_noise)
             )
             theta0 = self.space.ravel(self._channel.model.initial_point())
+            reservations = len(self.budget.history())
             try:
                 start = private_initialization(
                     self._channel,
@@ -427,10 +436,13 @@ class DPStep(BlockedStep):
                         else None
                     ),
                     public_rng=np.random.default_rng(self.rng.integers(2**63)),
+                    ratio_clip=self._needs_ratio_clip(),
                 )
                 length = self._requested_length(tune, draws)
                 self._private_start = self._after_initialization(start, int(chains), length)
             except InsufficientDataError as err:
+                if len(self.budget.history()) == reservations:
+                    raise  # refused before reserving anything (public numbers only)
                 # refused after reading: say what the refused preparation has cost
                 raise InsufficientDataError(
                     f"{err} {self.budget.spent_summary()}, this refused preparation's "
@@ -780,13 +792,15 @@ class DPStep(BlockedStep):
         """Plain ``pm.sample`` with a step that was never prepared: prepare it here, once.
 
         Only the step object built in this session can (sequential chains share it); a copy in a
-        worker process would run its own initialisation per chain.
+        worker process would run its own initialisation per chain. A spawned worker's copy has
+        no model; a forked one (``mp_ctx="fork"``, PyMC's default on Linux up to Python 3.13)
+        keeps it, and is told apart by its process.
         """
         if not self.__dict__.get("_constructed", False):
             raise InvalidParameterError(
                 f"{type(self).__name__} was not fully built (its __init__ did not finish)."
             )
-        if self.model is None:
+        if self.model is None or self.__dict__.get("_built_in_process") != os.getpid():
             raise InvalidParameterError(
                 f"This {type(self).__name__} chooses its settings privately, once, before "
                 "sampling, but pm.sample copied it to worker processes first. Use "

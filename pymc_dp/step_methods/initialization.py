@@ -4,7 +4,10 @@ A DP step left on its automatic settings (``DPPenalty(budget=budget)``,
 ``DPHMC(budget=budget)``) cannot look at the data to choose where to start, what to clip or how
 far to jump. :func:`private_initialization` spends a declared share of the budget (default
 10 % of its Gaussian capacity ``M*``, theory §3) on releases that answer those questions, all
-composed in the same ledger as the sampler, in one reservation made before the first read:
+composed in the same ledger as the sampler, in two reservations, each made before its reads
+(the first histogram alone, where a data set too small for the budget is refused, then the
+rest; a data set so small that no histogram's bin could rise above its noise is refused before
+either):
 
 1. **Clip for the ascent.** A noisy histogram of the per-row gradient norms at PyMC's initial
    point ``θ₀`` (:class:`~pymc_dp.mechanisms.GradNormHistogram`); the bound ``C₀`` is the far
@@ -49,21 +52,29 @@ composed in the same ledger as the sampler, in one reservation made before the f
    ``θ*`` pooled from every release near it, with its covariance ``Cov θ*``
    (:func:`~pymc_dp.kernels.initialization.pooled_mode`).
 5. **Refinement** (only with ``max_share``; :func:`_refinement`): while ``Cov θ*`` places the
-   mode no better than ``_LOCATION_TARGET`` posterior sd, a second reservation buys a fresh
+   mode no better than ``_LOCATION_TARGET`` posterior sd, a further reservation buys a fresh
    preconditioned norm histogram at ``θ*`` (its clip, for releases that will be averaged) and
    Newton steps from one-sd designs, ``Σ̂`` corrected by secants between their centres
    (:func:`~pymc_dp.kernels.initialization.secant_update`).
-6. **Ratio clip.** A histogram of the directional derivatives ``|∇ℓ_i(θ*)·u_k|`` along ``m``
+6. **Ratio clip** (only for a step that releases the plain ratio, ``ratio_clip=True``). A
+   histogram of the directional derivatives ``|∇ℓ_i(θ*)·u_k|`` along ``m``
    public random directions ``u_k ∝ Σ̂^{1/2} ξ_k`` (the directions the sampler will jump in):
    the per-row log-likelihood-ratio bound per unit jump ``b_l``. A ratio over a jump ``Δ`` is
    ``ℓ_i(θ + Δ) − ℓ_i(θ) ≈ ∇ℓ_i·Δ``, so this is the quantity the ratio clip bounds, and it is
-   smaller than the gradient norm by about ``√d``.
+   smaller than the gradient norm by about ``√d``. The automatic ``DPPenalty`` and ``DPHMC``
+   release the centred ratio instead, whose clip the centring chooses, and the stochastic-
+   gradient steps release no ratio: for them this histogram is neither reserved nor made
+   (its ``μ`` stays in the budget for the phases after it). With few rows for the budget it
+   was also the histogram most likely to show no bin above its noise (the slopes spread
+   over more bins than the norms), which refused a run after the rest of the
+   initialisation had been spent.
 
 Everything derived afterwards (``θ*``, ``Σ̂``, ``C``, ``b_l``, the chains' dispersed starts
 ``θ* + (Σ̂ + Cov θ*)^{1/2} ξ``, proposal scales and masses) is post-processing of these
 releases and free.
-The noise of the phases: each histogram gets 10 % of the initialisation's ``μ``, the
-``K = K_a + 2 d r`` gradient releases share the rest equally.
+The noise of the phases: each of the four histograms gets 7.5 % of the initialisation's
+``μ``, the ``K = K_a + 2 d r`` gradient releases share the rest equally (without the ratio
+clip's histogram its share is not reserved, and the gradients' noise is unchanged).
 """
 
 from __future__ import annotations
@@ -163,14 +174,16 @@ class PrivateStart:
         ``Σ̂``: the estimated posterior covariance (Laplace, from released gradients).
     grad_clip : float
         Per-row gradient-norm bound for the sampler.
-    llr_clip : float
-        Per-row log-likelihood-ratio bound per unit jump length.
+    llr_clip : float or None
+        Per-row log-likelihood-ratio bound per unit jump length (``None`` when the step
+        releases no plain ratio and the initialisation did not choose one).
     ascent_clip : float
         The bound the ascent used (chosen at PyMC's initial point).
     mu : float
         PLD parameter spent (Gaussian: it adds up with the sampler's).
     phases : dict
-        ``μ`` per phase: ``"clip selection"`` (the three histograms) and ``"initialisation"``
+        ``μ`` per phase: ``"clip selection"`` (the three or four histograms, and the
+        refinement's) and ``"initialisation"``
         (the gradient releases).
     releases : int
         Gradient releases made.
@@ -179,7 +192,7 @@ class PrivateStart:
     theta: np.ndarray
     covariance: np.ndarray
     grad_clip: float
-    llr_clip: float
+    llr_clip: float | None
     ascent_clip: float
     mu: float
     phases: dict[str, float] = field(default_factory=dict)
@@ -354,7 +367,7 @@ class _Refined(NamedTuple):
     theta: np.ndarray
     covariance: np.ndarray
     location_covariance: np.ndarray
-    mu: float  # the second reservation's μ
+    mu: float  # the refinement reservation's μ
     histogram_mu: float  # of which its norm histogram
     releases: int
 
@@ -377,7 +390,7 @@ def _refinement(
 ) -> _Refined | None:
     """Step 5 of the module docstring: more preconditioned releases near ``θ*`` while the
     released gradients place the mode no better than ``_LOCATION_TARGET`` posterior sd, in a
-    second reservation of at most ``room`` (made before they are read); ``None`` when none is
+    further reservation of at most ``room`` (made before they are read); ``None`` when none is
     wanted or affordable.
 
     The reservation buys a norm histogram at ``θ*`` (``_REFINEMENT_HISTOGRAM_SHARE`` of it) and
@@ -471,6 +484,7 @@ def private_initialization(
     max_share: float | None = None,
     public_rng: np.random.Generator,
     label: str = "initialization",
+    ratio_clip: bool = True,
 ) -> PrivateStart:
     """Run the phases of the module docstring from ``θ₀`` and return what they found.
 
@@ -479,19 +493,24 @@ def private_initialization(
     channel : PrivateChannel
         The step's channel; its counter is limited to this reservation.
     budget : PrivacyBudget
-        The step's budget; one reservation of ``share · M*`` is made before the first read.
+        The step's budget; ``share · M*`` (less the ratio clip's histogram without
+        ``ratio_clip``) is reserved in two parts, each before its reads.
     theta0 : ndarray
         The starting point (PyMC's initial point, unconstrained).
     share : float
         Share of the budget's Gaussian capacity ``M*`` to spend, in ``(0, 1)``.
     max_share : float, optional
         With ``max_share > share``, a refinement may spend up to ``max_share · M*`` in all
-        (a second reservation, before its releases) while the released gradients place the mode
+        (a further reservation, before its releases) while the released gradients place the mode
         no better than ``_LOCATION_TARGET`` posterior sd (step 5 of the module docstring).
     public_rng : numpy.random.Generator
         Public randomness (the directions of the ratio histogram).
     label : str
         Mechanism name recorded in the ledger.
+    ratio_clip : bool
+        Whether to choose the plain ratio's clip ``b_l`` (phase 6). ``False`` for a step that
+        releases no plain ratio: the histogram is neither reserved nor made, and
+        ``llr_clip`` is ``None``.
     """
     space = channel.space
     d, n = space.ndim, channel.n_rows
@@ -504,9 +523,25 @@ def private_initialization(
     z_grad = math.sqrt(n_grads / (2.0 * (mu_init - _HISTOGRAMS * mu_histogram)))
     histogram_event = GaussianCost.from_noise_multiplier(z_histogram)
     grad_event = GaussianCost.from_noise_multiplier(z_grad)
-    cost = compose((histogram_event, _HISTOGRAMS), (grad_event, n_grads))
+    # the ratio clip's histogram only where the step releases a plain ratio; the gradients'
+    # noise is the same either way (its share stays in the budget)
+    histograms = _HISTOGRAMS if ratio_clip else _HISTOGRAMS - 1
+    cost = compose((histogram_event, histograms), (grad_event, n_grads))
 
+    norms0 = GradNormHistogram(channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram)
     channel.check_before_reading(theta0)
+    # a bin is read only above _VISIBLE_THRESHOLD noise sds, and none holds more than the n
+    # rows: with fewer rows than that no histogram here can show anything (public)
+    fewest = _VISIBLE_THRESHOLD * norms0.noise_multiplier * norms0.sensitivity
+    if n <= fewest:
+        raise InsufficientDataError(
+            f"{n} rows are too few for this budget to choose the automatic settings privately: "
+            "the private initialisation's histograms have noise of "
+            f"{fewest / _VISIBLE_THRESHOLD:.3g} counts, and a bin is read only above "
+            f"{fewest:.3g}: no bin's count can reach that with fewer rows. Nothing was read or "
+            "reserved. Use a larger epsilon or more rows (or give every setting explicitly "
+            "with init_share=0)."
+        )
     if not budget.fits(cost, 1):
         raise BudgetExceededError(
             f"{budget.spent_summary()}; the private initialisation ({share:.0%} of the budget's "
@@ -514,14 +549,18 @@ def private_initialization(
             "read. Use a new budget for new data, or give every setting explicitly with "
             "init_share=0."
         )
-    budget.reserve(cost, 1, mechanism=label)
-    channel.counter.allow(cost, 1)
+    # the first histogram alone first: it is where a data set too small for the budget is
+    # refused, and a refusal then spends only that histogram, not the whole share
+    budget.reserve(histogram_event, 1, mechanism=f"{label} (clip for the climb)")
+    channel.counter.allow(histogram_event, 1)
     released_before = channel.counter.mu
 
     # 1. clip for the ascent, at θ₀
-    norms0 = GradNormHistogram(channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram)
     released = norms0(theta0)
     tail_clip = _clip(released.value, released.noise_std, n, "gradient norms at the start")
+    rest = compose((histogram_event, histograms - 1), (grad_event, n_grads))
+    budget.reserve(rest, 1, mechanism=label)
+    channel.counter.allow(rest, 1)
     # the first half climbs: with a clip below the far tail where that is mostly noise
     ascent_clip = _ascent_clip(released.value, released.noise_std, tail_clip, z_grad, d)
 
@@ -627,7 +666,7 @@ def private_initialization(
     if not space.in_support(theta_star):
         theta_star = theta_1
 
-    # 7. refinement (only when allowed), in a second reservation
+    # 7. refinement (only when allowed), in a further reservation
     refined = None
     if max_share is not None and max_share > share:
         refined = _refinement(
@@ -653,21 +692,23 @@ def private_initialization(
         extra_mu, extra_histogram_mu = refined.mu, refined.histogram_mu
         extra_releases = refined.releases
 
-    # 8. ratio clip along the directions the sampler jumps in
-    root = np.sqrt(np.diag(covariance))
-    directions = public_rng.standard_normal((_DIRECTIONS, d)) * root
-    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-    slopes = GradNormHistogram(
-        channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, directions=directions
-    )
-    released = slopes(theta_star)
-    llr_clip = _clip(
-        released.value,
-        released.noise_std,
-        n * _DIRECTIONS,
-        "log-likelihood slopes",
-        per_row=_DIRECTIONS,
-    )
+    # 8. ratio clip along the directions the sampler jumps in (a plain ratio's only)
+    llr_clip = None
+    if ratio_clip:
+        root = np.sqrt(np.diag(covariance))
+        directions = public_rng.standard_normal((_DIRECTIONS, d)) * root
+        directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+        slopes = GradNormHistogram(
+            channel, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram, directions=directions
+        )
+        released = slopes(theta_star)
+        llr_clip = _clip(
+            released.value,
+            released.noise_std,
+            n * _DIRECTIONS,
+            "log-likelihood slopes",
+            per_row=_DIRECTIONS,
+        )
     if channel.counter.mu - released_before > (cost.gaussian_mu() + extra_mu) * (1 + 1e-9):
         raise InvalidParameterError(  # pragma: no cover - the counter refuses it first
             "internal error: the initialisation released more than it reserved"
@@ -681,7 +722,7 @@ def private_initialization(
         ascent_clip=ascent_clip,
         mu=float(cost.gaussian_mu()) + extra_mu,
         phases={
-            "clip selection": _HISTOGRAMS * float(histogram_event.gaussian_mu())
+            "clip selection": histograms * float(histogram_event.gaussian_mu())
             + extra_histogram_mu,
             "initialisation": n_grads * float(grad_event.gaussian_mu())
             + extra_mu
@@ -691,7 +732,7 @@ def private_initialization(
         ascent_theta=theta_a,
         precond=precond,
         precond_clip=precond_clip,
-        histograms=_HISTOGRAMS + (refined is not None),
+        histograms=histograms + (refined is not None),
     )
 
 

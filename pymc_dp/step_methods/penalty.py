@@ -83,8 +83,10 @@ class DPPenalty(CentredSampling, DPStep):
     llr_clip : float or "auto"
         ``b_l``: per-row bound on the log-likelihood ratio per unit jump length. ``"auto"`` (the
         default): chosen by the private initialisation from a noisy histogram of per-row slopes
-        along the directions the chain jumps in (theory §7). Choosing it by looking at the data
-        or at private runs costs privacy that is not accounted.
+        along the directions the chain jumps in (theory §7); with the centred ratio (the
+        default, ``control_variate``) none is needed, and ``llr_clip`` stays ``None``.
+        Choosing it by looking at the data or at private runs costs privacy that is not
+        accounted.
     noise_multiplier : float, optional
         ``z = σ / Δ``. At most one of ``noise_multiplier`` and ``tau``; with neither, ``z`` is
         calibrated so that the planned chains spend what is left of the budget exactly
@@ -298,6 +300,10 @@ class DPPenalty(CentredSampling, DPStep):
         """0.2 from a private initialisation (it starts in the bulk), else 0.5."""
         return 0.2 if self.automatic or self.init_share else 0.5
 
+    def _needs_ratio_clip(self) -> bool:
+        """The plain ratio's clip, when it is automatic and the ratio is not centred."""
+        return self._auto_llr_clip and not self._uses_control_variate()
+
     def _refine_initialization(self) -> bool:
         return not self._uses_control_variate()  # the centre's gradient locates the posterior
 
@@ -458,8 +464,9 @@ class DPPenalty(CentredSampling, DPStep):
 
     def privacy_metadata(self) -> dict[str, Any]:
         meta = super().privacy_metadata()
+        if self._centring is None:  # the centred ratio clips at the remainder clip instead
+            meta.update(dp_llr_clip=self.llr_clip)
         meta.update(
-            dp_llr_clip=self.llr_clip,
             dp_noise_multiplier=self._release.noise_multiplier,
             dp_temperature=self._release.temperature,
             dp_one_component=int(self.one_component),

@@ -7,6 +7,8 @@ but nothing clipped, the chain matches the closed-form posterior; without the �
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from _gaussian_models import gaussian_setup
@@ -162,3 +164,37 @@ def test_gradient_release_noise_scale_temperature_and_counting():
     np.testing.assert_allclose(values.std(0), sigma, rtol=0.15)
     counter = channel.counter
     assert counter.total() == 400 and counter.mu == pytest.approx(400 / (2 * 2.0**2))
+
+
+def _huge_gradient(gradient: float, steps: int) -> tuple[HMCParams, HMCMechanisms]:
+    """A dense metric and a constant, finite but huge, released gradient."""
+    root = np.array([[10.0, 0.0], [5.0, 10.0]])
+    mechanisms = HMCMechanisms(
+        lambda t: 0.0,
+        np.zeros_like,
+        lambda t: Release(np.full(2, gradient), 0.0, None),
+        lambda theta, theta_new: Release(0.0, 0.0, 0),
+    )
+    return HMCParams(1.0, steps, np.ones(2), root=root), mechanisms
+
+
+@pytest.mark.parametrize(
+    ("where", "gradient", "steps"), [("velocity", 1e307, 5), ("kinetic energy", 1e200, 1)]
+)
+def test_an_overflow_is_a_divergence_not_a_numpy_warning(where, gradient, steps):
+    # a finite gradient so large that the metric's velocity overflows (the trajectory stops),
+    # or, one step of a smaller one, that the final momentum's kinetic energy does (the energy
+    # change is −∞): a divergence either way, and no RuntimeWarning from NumPy for the user
+    params, mechanisms = _huge_gradient(gradient, steps)
+    state = HMCState(np.zeros(2), 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        theta, _, evaluations, finite = leapfrog(
+            np.zeros(2), np.zeros(2), params, mechanisms.noisy_grad
+        )
+        _, info = hmc_kernel(state, params, np.random.default_rng(0), mechanisms)
+    if where == "velocity":
+        assert not finite and evaluations == 1 and not np.all(np.isfinite(theta))
+    else:
+        assert finite and np.all(np.isfinite(theta))
+    assert info.diverging and not info.accepted

@@ -62,10 +62,17 @@ def test_private_initialization_reserves_once_before_reading_and_lands_near_the_
         start = private_initialization(
             channel, budget, theta0, share=0.1, public_rng=np.random.default_rng(seed)
         )
-        (entry,) = budget.history()
-        assert entry.mechanism == "initialization" and entry.iterations == 1
-        assert entry.cost.gaussian_mu() == pytest.approx(0.1 * budget.capacity_mu, rel=1e-9)
-        assert channel.counter.mu <= entry.cost.gaussian_mu() * (1 + 1e-9)
+        entries = budget.history()
+        # the first histogram alone (where a small data set is refused), then the rest
+        assert [e.mechanism for e in entries] == [
+            "initialization (clip for the climb)",
+            "initialization",
+        ]
+        assert all(e.iterations == 1 for e in entries)
+        reserved = sum(e.cost.gaussian_mu() for e in entries)
+        assert reserved == pytest.approx(0.1 * budget.capacity_mu, rel=1e-9)
+        assert entries[0].cost.gaussian_mu() == pytest.approx(0.075 * reserved, rel=1e-9)
+        assert channel.counter.mu <= reserved * (1 + 1e-9)
         assert start.mu == pytest.approx(sum(start.phases.values()))
         errors.append(np.abs(start.theta - mean) / sd)
         ratios.append(start.scale / sd)
@@ -92,6 +99,7 @@ def test_a_small_budget_refines_the_mode_in_a_second_reservation_with_honest_unc
         )
         entries = budget.history()
         assert [e.mechanism for e in entries] == [
+            "initialization (clip for the climb)",
             "initialization",
             "initialization (refinement)",
         ]
@@ -281,17 +289,37 @@ def test_a_ridge_the_first_curvature_read_squeezes_is_read_again_in_a_wider_whit
     assert np.max(off) < 3.5, off
 
 
-def test_a_refused_preparation_says_what_it_has_spent():
-    # 300 rows at ε = 1: the clip histograms' noise hides every bin, a refusal after the
-    # initialisation's reservation (made before its first read, so it stays spent)
+def test_a_data_set_no_histogram_could_read_is_refused_before_anything_is_reserved():
+    # 300 rows at ε = 1: the initialisation's histograms have noise σ ≈ 69 counts, and a bin is
+    # read only above 5σ ≈ 345 rows: none could be, so the run is refused from public numbers
+    # (it used to reserve the whole initialisation first, and be refused at its first read)
     model, _, _ = normal_model(300)
     budget = pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-6)
     with model:
         step = pymc_dp.DPPenalty(budget=budget)
+    with pytest.raises(pymc_dp.InsufficientDataError, match="300 rows are too few") as refused:
+        pymc_dp.sample(step, chains=2, cores=1, **quiet())
+    assert "Nothing was read or reserved" in str(refused.value)
+    assert budget.history() == [] and step._channel.reads == 0
+
+
+def test_a_refused_preparation_says_what_it_has_spent():
+    # 360 rows at ε = 1: above the public floor, but the noise of the first histogram (σ ≈ 69
+    # counts) hides every bin of the rows' norms, which spread over several: a refusal after
+    # that histogram's reservation (made before its read, so it stays spent), and only that
+    model, _, _ = normal_model(360)
+    budget = pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-6)
+    with model:
+        step = pymc_dp.DPPenalty(budget=budget, noise_rng=5)
     with pytest.raises(pymc_dp.InsufficientDataError, match="too few rows") as refused:
         pymc_dp.sample(step, chains=2, cores=1, **quiet())
+    (entry,) = budget.history()
+    assert entry.mechanism == "initialization (clip for the climb)"
+    assert entry.cost.gaussian_mu() == pytest.approx(
+        0.075 * 0.1 * budget.capacity_mu, rel=1e-9
+    )  # one histogram's share, not the initialisation's
     spent = budget.epsilon_spent()
-    assert 0 < spent <= 1.0
+    assert 0 < spent <= 0.1
     message = str(refused.value)
     assert f"{spent:.4g} reserved on its ledger" in message, message
     assert "stays spent" in message
@@ -441,3 +469,45 @@ def test_the_length_asked_for_is_the_shortest_that_leaves_the_draws(tune, draws)
     assert (length - 1) - int(tune * (length - 1)) < draws  # one shorter leaves fewer
     assert _given_length(tune, draws, default=length) is None  # fits the plan: the plan's
     assert _given_length(3, draws, default=10) == 3 + draws  # counts: as given
+
+
+def test_plain_pm_sample_in_forked_workers_asks_for_a_prepared_step_before_reading():
+    # a forked worker keeps the model: without the process check each worker ran its own
+    # initialisation (chains with different settings, or a budget error from the second)
+    model, _, _ = normal_model(2000)
+    budget = pymc_dp.PrivacyBudget(epsilon=5.0, delta=1e-6)
+    with model:
+        step = pymc_dp.DPPenalty(budget=budget)
+        with pytest.raises(Exception, match="copied it to worker processes") as caught:
+            pm.sample(step=step, chains=2, cores=2, mp_ctx="fork", tune=10, draws=20, **quiet())
+    assert "sampling_kwargs" in str(caught.value)
+    assert len(budget.history()) == 0 and not step.prepared  # nothing reserved, nothing read
+
+
+@pytest.mark.parametrize("control_variate", [True, False])
+def test_the_ratio_clip_histogram_is_made_only_for_a_plain_ratio(control_variate):
+    # the centred ratio clips at the centring's remainder clip: the initialisation's histogram
+    # of slopes (7.5 % of its share) would be spent for nothing, and with few rows it was the
+    # one that refused a run after the rest of the initialisation had been spent
+    model, _, _ = normal_model()
+    budget = pymc_dp.PrivacyBudget(epsilon=5.0, delta=1e-6)
+    with model:
+        step = pymc_dp.DPPenalty(budget=budget, control_variate=control_variate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step.prepare(chains=2)
+    first = ("initialization (clip for the climb)", "initialization")
+    entries = [e for e in budget.history() if e.mechanism in first]
+    reserved = sum(e.cost.gaussian_mu() for e in entries)
+    share = 0.1 * budget.capacity_mu
+    start = step.private_start
+    meta = step.privacy_metadata()
+    if control_variate:
+        assert step._centring is not None
+        assert reserved == pytest.approx(share * (1 - 0.075), rel=1e-9)
+        assert start.llr_clip is None and step.llr_clip is None
+        assert "dp_llr_clip" not in meta and meta["dp_remainder_clip"] > 0
+    else:
+        assert step._centring is None
+        assert reserved == pytest.approx(share, rel=1e-9)
+        assert start.llr_clip > 0 and meta["dp_llr_clip"] == start.llr_clip
