@@ -58,9 +58,15 @@ class CentredSampling:
     """
 
     _centring: Centring | None
+    _auto_llr_clip: bool
     noise_aware: bool
     #: Iterations per chain the centring plans its budget split for (each step's own).
     _centred_chain_length: ClassVar[int]
+
+    def _needs_ratio_clip(self) -> bool:
+        """The plain ratio's clip, when it is automatic and the releases are not centred (the
+        centred ones clip at the centring's remainder clip)."""
+        return self._auto_llr_clip and not self._uses_control_variate()
 
     def _requested_length(self, tune: float | int, draws: int | None) -> int | None:
         """With the control variate, ``draws`` beyond the planned length lengthen the chain."""

@@ -339,10 +339,6 @@ class DPHMC(CentredSampling, DPStep):
     def _noise_is_automatic(self) -> bool:
         return self._auto_noise
 
-    def _needs_ratio_clip(self) -> bool:
-        """The plain ratio's clip, when it is automatic and the releases are not centred."""
-        return self._auto_llr_clip and not self._uses_control_variate()
-
     def _uses_control_variate(self) -> bool:
         """Centred releases: on the fully automatic step with a private initialisation."""
         return (

@@ -300,10 +300,6 @@ class DPPenalty(CentredSampling, DPStep):
         """0.2 from a private initialisation (it starts in the bulk), else 0.5."""
         return 0.2 if self.automatic or self.init_share else 0.5
 
-    def _needs_ratio_clip(self) -> bool:
-        """The plain ratio's clip, when it is automatic and the ratio is not centred."""
-        return self._auto_llr_clip and not self._uses_control_variate()
-
     def _refine_initialization(self) -> bool:
         return not self._uses_control_variate()  # the centre's gradient locates the posterior
 
