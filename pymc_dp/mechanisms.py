@@ -62,6 +62,8 @@ __all__ = [
     "CentredGradientRelease",
     "CentredLLRRelease",
     "CentredRatioHistogram",
+    "CurvatureNormHistogram",
+    "CurvatureRelease",
     "FisherRelease",
     "GradNormHistogram",
     "GradientRelease",
@@ -770,7 +772,46 @@ def conditioned_on_flat(
     return value, 0.5 * (conditional + conditional.T)
 
 
-class FisherRelease(_GaussianMechanism):
+class _SymmetricMatrixRelease(_GaussianMechanism):
+    """A clipped sum of per-row symmetric ``d × d`` matrices in the coordinates of a public
+    invertible ``whitening`` (the identity by default), released with independent
+    ``N(0, σ²)`` noise on its upper triangle (diagonal included), ``σ = z ·`` the sensitivity
+    of the subclass: the upper triangle's L2 norm is at most the Frobenius norm. Event: one
+    Gaussian mechanism, PLD parameter ``1/(2z²)``."""
+
+    #: what the matrix is, for the support error
+    _what = "matrix"
+
+    def __init__(
+        self, channel: PrivateChannel, *, noise_multiplier: float, whitening: np.ndarray | None
+    ) -> None:
+        super().__init__(channel)
+        identity = np.eye(channel.space.ndim)
+        self.whitening = self._oracle._whitening(
+            identity if whitening is None else whitening
+        ).copy()
+        self.noise_multiplier = float(noise_multiplier)
+
+    def _exact(self, theta: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, theta: np.ndarray) -> Release:
+        space = self.channel.space
+        if not space.in_support(theta):
+            raise InvalidParameterError(
+                f"the {self._what} release needs a point inside the support."
+            )
+        self._record()  # checked against the reservation before the data are read
+        exact = self._exact(theta)
+        upper = np.triu_indices(space.ndim)
+        sigma = self.noise_multiplier * self.sensitivity
+        noisy = np.zeros_like(exact)
+        noisy[upper] = self.channel.noise.release(exact[upper], sigma)
+        noisy = np.triu(noisy) + np.triu(noisy, 1).T
+        return Release(noisy, sigma, None)
+
+
+class FisherRelease(_SymmetricMatrixRelease):
     """Noisy clipped empirical Fisher information ``Σ_i v_i v_iᵀ`` (a private curvature).
 
     ``v_i = P ∇ℓ_i(θ) · min(1, b / ‖P ∇ℓ_i(θ)‖)`` with a public invertible ``whitening`` ``P``
@@ -793,33 +834,100 @@ class FisherRelease(_GaussianMechanism):
         noise_multiplier: float,
         whitening: np.ndarray | None = None,
     ) -> None:
-        super().__init__(channel)
+        super().__init__(channel, noise_multiplier=noise_multiplier, whitening=whitening)
         self.grad_clip = float(self._oracle._check_bound(grad_clip, "grad_clip"))
-        d = channel.space.ndim
-        identity = np.eye(d)
-        self.whitening = self._oracle._whitening(
-            identity if whitening is None else whitening
-        ).copy()
-        self.noise_multiplier = float(noise_multiplier)
         self._finish()
+
+    _what = "Fisher"
 
     @property
     def sensitivity(self) -> float:
         """L2 sensitivity of the upper triangle: ``√2 b²``."""
         return math.sqrt(2.0) * self.grad_clip**2
 
+    def _exact(self, theta: np.ndarray) -> np.ndarray:
+        return self._oracle.clipped_fisher(theta, self.grad_clip, self.whitening)
+
+
+class CurvatureRelease(_SymmetricMatrixRelease):
+    """Noisy clipped observed information ``Σ_i M_i`` (a private curvature).
+
+    ``M_i = −P ∇²ℓ_i(θ) Pᵀ · min(1, c / ‖P ∇²ℓ_i(θ) Pᵀ‖_F)``: each row's negative Hessian in
+    the coordinates of a public invertible ``whitening`` ``P``, clipped to Frobenius norm ``c``
+    (:meth:`~pymc_dp.oracle.RowLikelihood.clipped_curvature`). The release is the symmetric
+    matrix whose upper triangle (diagonal included) carries independent ``N(0, σ²)`` noise,
+    ``σ = z · 2c``: substituting a row changes the sum by ``M_w − M_v``, of Frobenius norm at
+    most ``2c``, and the upper triangle's L2 norm is at most the Frobenius norm. Event: one
+    Gaussian mechanism, PLD parameter ``1/(2z²)``. ``P⁻¹ F P⁻ᵀ`` estimates the likelihood's
+    information at ``θ``, the posterior's curvature, also where the likelihood does not
+    describe the rows' variance (:class:`FisherRelease` then estimates the rows' gradient
+    variance instead: 5–10 times the curvature for doctor visits under a Poisson likelihood).
+    """
+
+    def __init__(
+        self,
+        channel: PrivateChannel,
+        *,
+        curvature_clip: float,
+        noise_multiplier: float,
+        whitening: np.ndarray | None = None,
+    ) -> None:
+        super().__init__(channel, noise_multiplier=noise_multiplier, whitening=whitening)
+        self.curvature_clip = float(self._oracle._check_bound(curvature_clip, "curvature_clip"))
+        self._finish()
+
+    _what = "curvature"
+
+    @property
+    def sensitivity(self) -> float:
+        """L2 sensitivity of the upper triangle: ``2c``."""
+        return 2.0 * self.curvature_clip
+
+    def _exact(self, theta: np.ndarray) -> np.ndarray:
+        return self._oracle.clipped_curvature(theta, self.curvature_clip, self.whitening)
+
+
+class CurvatureNormHistogram(_GaussianMechanism):
+    """Noisy histogram of the rows' observed-information norms ``‖P ∇²ℓ_i(θ) Pᵀ‖_F``.
+
+    Counts over the bins of ``edges``
+    (:meth:`~pymc_dp.oracle.RowLikelihood.curvature_norm_counts`) plus ``N(0, σ² I)``,
+    ``σ = z·√2``: substituting one row moves at most one count from one bin to another. Event:
+    one Gaussian mechanism, PLD parameter ``1/(2z²)``. Its far tail is the clip of a
+    :class:`CurvatureRelease` in the same ``whitening`` (post-processing).
+    """
+
+    def __init__(
+        self,
+        channel: PrivateChannel,
+        *,
+        edges: np.ndarray,
+        noise_multiplier: float,
+        whitening: np.ndarray,
+    ) -> None:
+        super().__init__(channel)
+        edges = np.asarray(edges, dtype=float)
+        if edges.ndim != 1 or edges.size < 1 or not np.all(np.diff(edges) > 0):
+            raise InvalidParameterError(
+                f"edges must be a strictly increasing 1-d array of norms; got {edges!r}."
+            )
+        self.edges = edges
+        self.whitening = self._oracle._whitening(whitening).copy()
+        self.noise_multiplier = float(noise_multiplier)
+        self._finish()
+
+    @property
+    def sensitivity(self) -> float:
+        """L2 sensitivity of the counts: ``√2``."""
+        return math.sqrt(2.0)
+
     def __call__(self, theta: np.ndarray) -> Release:
-        space = self.channel.space
-        if not space.in_support(theta):
-            raise InvalidParameterError("the Fisher release needs a point inside the support.")
+        if not self.channel.space.in_support(theta):
+            raise InvalidParameterError("the curvature histogram needs a point inside the support.")
         self._record()  # checked against the reservation before the data are read
-        fisher = self._oracle.clipped_fisher(theta, self.grad_clip, self.whitening)
-        upper = np.triu_indices(space.ndim)
+        counts = self._oracle.curvature_norm_counts(theta, self.edges, self.whitening)
         sigma = self.noise_multiplier * self.sensitivity
-        noisy = np.zeros_like(fisher)
-        noisy[upper] = self.channel.noise.release(fisher[upper], sigma)
-        noisy = np.triu(noisy) + np.triu(noisy, 1).T
-        return Release(noisy, sigma, None)
+        return Release(self.channel.noise.release(counts, sigma), sigma, None)
 
 
 class GradNormHistogram(_GaussianMechanism):

@@ -1864,6 +1864,89 @@ class RowLikelihood:
             total += layout.outer_total(values, index, self.ndim)
         return matrix @ total @ matrix.T  # Σ_i (P g_i)(P g_i)ᵀ = P (Σ_i g_i g_iᵀ) Pᵀ
 
+    def clipped_curvature(
+        self, theta: np.ndarray, curvature_clip: float, whitening: np.ndarray
+    ) -> np.ndarray:
+        """``Σ_i M_i min(1, c / ‖M_i‖_F)``, symmetrised, with ``M_i = −P ∇²ℓ_i(θ) Pᵀ``. Not
+        private.
+
+        Each row's observed information (the negative Hessian of its log-likelihood) in the
+        coordinates of a public invertible ``whitening`` ``P``, clipped to Frobenius norm
+        ``c``; a row with a non-finite entry counts as zero (:meth:`_curvature_columns`). The
+        sum of the clipped rows is symmetrised, an orthogonal projection, which moves no two
+        sums further apart. The log likelihood's curvature, unlike :meth:`clipped_fisher`'s
+        empirical Fisher information, is the posterior's whether or not the likelihood
+        describes the rows' variance (the Fisher is ``φ`` times it for counts with ``φ``
+        times the Poisson variance). Only :class:`pymc_dp.mechanisms.CurvatureRelease`
+        releases it, with noise.
+        """
+        bound = float(self._check_bound(curvature_clip, "curvature_clip"))
+        matrix = self._whitening(whitening)
+        theta = self.space.as_theta(theta)
+        total = np.zeros((self.ndim, self.ndim))
+        for chunk in self._chunks(None, True):
+            # the norms, then the columns they scale, from two evaluations of the same
+            # deterministic functions at the same points: the same numbers, so each row's
+            # clipped matrix has norm at most c (the release's sensitivity)
+            norms = self._curvature_norms(theta, matrix, chunk)
+            scale = np.where(np.isfinite(norms), bound / np.maximum(norms, bound), 0.0)
+            for k, column in self._curvature_columns(theta, matrix, chunk):
+                column = np.where(np.isfinite(column), column, 0.0)
+                total[:, k] += scale @ column
+        return 0.5 * (total + total.T)
+
+    def curvature_norm_counts(
+        self, theta: np.ndarray, edges: np.ndarray, whitening: np.ndarray
+    ) -> np.ndarray:
+        """Rows whose observed information's Frobenius norm ``‖P ∇²ℓ_i(θ) Pᵀ‖_F`` falls in
+        each bin of ``edges`` (as :meth:`grad_norm_counts`; a row with a non-finite entry in
+        the last bin). Exact counts, so NOT private: only
+        :class:`pymc_dp.mechanisms.CurvatureNormHistogram` releases them, with noise."""
+        edges = np.asarray(edges, dtype=float)
+        matrix = self._whitening(whitening)
+        theta = self.space.as_theta(theta)
+        counts = np.zeros(edges.size + 1, dtype=np.int64)
+        for chunk in self._chunks(None, True):
+            norms = self._curvature_norms(theta, matrix, chunk)
+            bins = np.searchsorted(edges, np.where(np.isfinite(norms), norms, np.inf))
+            counts += np.bincount(bins, minlength=edges.size + 1)
+        return counts
+
+    def _curvature_columns(self, theta: np.ndarray, matrix: np.ndarray, chunk: list[np.ndarray]):
+        """Yield ``(k, C_k)`` for each column ``k``: ``C_k[i] = −P ∇²ℓ_i(θ) w_k``, the ``k``-th
+        column of row ``i``'s ``M_i``, ``w_k = Pᵀe_k`` (an ``m × d`` array). Not private.
+
+        The central difference of the rows' gradients at ``θ ± s_k w_k``, with ``s_k`` the
+        largest step that moves no coordinate by more than ``10⁻⁵ max(1, |θ_j|)`` (public:
+        from ``θ`` and ``P``); on the zoo's regressions the
+        sum matches the summed log likelihood's Hessian to ``10⁻¹⁰``. Two gradient passes over
+        the chunk per column: ``2d`` in all, with one ``m × d`` array held at a time.
+        """
+        # each coordinate moves by at most 10⁻⁵ of max(1, |θ_j|): an intercept in the
+        # thousands does not set the step of a slope near 1
+        room = 1e-5 * np.maximum(1.0, np.abs(theta))
+        with np.errstate(divide="ignore"):
+            steps = np.min(room / np.abs(matrix), axis=1)  # along each row of P
+        for k in range(self.ndim):
+            shift = steps[k] * matrix[k]
+            up = self._grad_rows_chunk(theta + shift, chunk)
+            down = self._grad_rows_chunk(theta - shift, chunk)
+            with np.errstate(invalid="ignore", over="ignore"):  # non-finite rows: callers
+                yield k, ((down - up) / (2.0 * steps[k])) @ matrix.T
+
+    def _curvature_norms(
+        self, theta: np.ndarray, matrix: np.ndarray, chunk: list[np.ndarray]
+    ) -> np.ndarray:
+        """``‖M_i‖_F`` for the chunk's rows (``inf`` for a row with a non-finite entry), from
+        its columns (:meth:`_curvature_columns`). Not private."""
+        squares = None
+        for _, column in self._curvature_columns(theta, matrix, chunk):
+            with np.errstate(invalid="ignore", over="ignore"):
+                part = np.einsum("ma,ma->m", column, column)
+            part = np.where(np.all(np.isfinite(column), axis=1), part, np.inf)
+            squares = part if squares is None else squares + part
+        return np.sqrt(squares)
+
     def centred_ratio_counts(
         self,
         pairs: np.ndarray,

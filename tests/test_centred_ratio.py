@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
@@ -613,7 +614,14 @@ def test_the_noise_aware_draws_are_the_same_chain_stretched_by_the_centre_noise(
     aware, widened, idata = _normal_run(model, noise_aware=True)
     np.testing.assert_array_equal(plain._centring.gradient, aware._centring.gradient)
     assert plain._stretch is None
-    assert np.all(np.abs(tilted.std(axis=0) / sd - 1) < 0.1), tilted.std(axis=0) / sd
+    # the tilted draws' sds are the exact posterior's, within the Monte Carlo error of a
+    # sample sd (relative sd about 1/√(2 ESS); 3.5 of them, at least 10 %): with the observed
+    # curvature, public noise seeds 3, 6, 7 gave 1.04/1.12, 0.99/0.98, 0.96/0.97 (ESS 340–850)
+    ess = az.ess(plain_idata, var_names=["mu", "sigma"])
+    ess = np.array([float(ess["mu"]), float(ess["sigma"])])
+    assert np.all(ess > 200), ess
+    tolerance = np.maximum(0.1, 3.5 / np.sqrt(2 * ess))
+    assert np.all(np.abs(tilted.std(axis=0) / sd - 1) < tolerance), tilted.std(axis=0) / sd
     stretch = aware._stretch
     mapped = np.array([stretch.reported(theta) for theta in tilted])
     np.testing.assert_allclose(mapped, widened, rtol=1e-9, atol=1e-12)
@@ -719,9 +727,12 @@ def test_the_centring_reads_the_curvature_again_where_its_newton_steps_lead(mixt
     assert np.all((ratio > 0.67) & (ratio < 1.5)), ratio
     assert np.all(np.abs(start) < 2.0), start
     assert centring.rounds >= 2
-    # the clip histograms: two more than the rounds, and one more when sharper curvature reads
-    # were made (the norm histogram that gives the centre release's clip in their whitening)
-    assert centring.histograms == centring.rounds + 2 + (centring.sharpened > 0)
+    # the clip histograms: two more than the rounds, one more when sharper curvature reads
+    # were made (the norm histogram that gives the centre release's clip in their whitening),
+    # and one more for the observed curvature's clip
+    assert centring.histograms == (
+        centring.rounds + 2 + (centring.sharpened > 0) + centring.curvature_checked
+    )
 
 
 def test_unresolved_directions_count_the_eigenvalues_under_the_noise_radius():

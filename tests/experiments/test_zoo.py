@@ -35,6 +35,7 @@ EXPECTED_D = {
     "robust": 4,
     "logistic": 4,
     "poisson": 4,
+    "poisson_overdispersed": 4,
     "negbin": 5,
     "group_offsets": 8,
     "hierarchical": 54,
@@ -99,13 +100,17 @@ def test_reference_is_near_the_truth(name):
     zoo_model = ZOO[name]
     data, _ = zoo_model.model(10_000, seed=0)
     ref = zoo_model.reference(data)
+    # a misspecified likelihood's posterior concentrates on the parameters it estimates at
+    # its own, too narrow rate: overdispersed counts vary √φ times more around the truth
+    # than a Poisson posterior's sd (φ about 5 here)
+    tolerance = 4.0 * (3.0 if name == "poisson_overdispersed" else 1.0)
     checked = 0
     for var, truth in zoo_model.true_params.items():
         truth = np.asarray(truth, dtype=float)
         for label, value in zip(flat_names(var, truth.shape), truth.ravel(), strict=True):
             moments = ref[label]
             z = abs(moments.mean - value) / moments.sd
-            assert z < 4.0, f"{label}: reference {moments} vs truth {value} ({z:.1f} sd)"
+            assert z < tolerance, f"{label}: reference {moments} vs truth {value} ({z:.1f} sd)"
             checked += 1
     assert checked >= 3
 
