@@ -291,3 +291,23 @@ def test_on_overdispersed_counts_the_centrings_curvature_is_the_posteriors(monke
         assert np.all((ratio > 0.75) & (ratio < 1.33)), ratio
     else:
         assert np.all(ratio < 0.65), ratio
+
+
+def test_a_likelihood_with_kinks_keeps_the_fisher():
+    # a Laplace regression's rows have zero Hessians but at their kinks, where all its
+    # curvature is: the rows' gradient differences would state no information at all
+    rng = np.random.default_rng(37)
+    x = rng.normal(size=20_000)
+    y = 1.0 + 0.5 * x + rng.laplace(size=20_000)
+    with pm.Model():
+        a = pm.Normal("a", 0, 5)
+        b = pm.Normal("b", 0, 5)
+        s = pm.HalfNormal("s", 2)
+        pm.Laplace("y", mu=a + b * x, b=s, observed=y)
+        step = pymc_dp.DPPenalty(budget=pymc_dp.PrivacyBudget(5.0, 1e-6), noise_rng=3, rng=3)
+        with pytest.warns(UserWarning, match="kink"):
+            step.prepare(chains=2)
+    assert step._channel.likelihood_has_kinks
+    assert not step._centring.curvature_checked
+    mechanisms = [entry.mechanism for entry in step.budget.history()]
+    assert not any("observed curvature" in m for m in mechanisms)
