@@ -140,6 +140,19 @@ def sample(
             ConvergenceWarning,
             stacklevel=2,
         )
+    if getattr(step, "curvature_unchecked", lambda: False)():  # public: budget decisions
+        warnings.warn(
+            "This budget left no room to check the sampler's metric against the likelihood's "
+            "own curvature (the centring's observed-curvature step): the metric comes from "
+            "the rows' gradient variance, which is the posterior's curvature only where the "
+            "likelihood describes the data's variance. Where it does not (overdispersed "
+            "counts under a Poisson likelihood, heavy-tailed residuals under a Normal one) "
+            "the metric is too narrow, the chains may not mix and the predicted effective "
+            "draws are too high. What helps: a likelihood that describes the variance "
+            "(negative binomial, Student-t), a larger epsilon, or more rows.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
     if step.compile_backend == "JAX":  # JAX's runtime does not survive a fork: Linux's default
         methods = multiprocessing.get_all_start_methods()
         kwargs.setdefault("mp_ctx", "forkserver" if "forkserver" in methods else "spawn")

@@ -22,6 +22,7 @@ import numpy as np
 from pymc_dp.errors import ConvergenceWarning
 from pymc_dp.kernels.initialization import prior_exact_step, prior_hessian, prior_information
 from pymc_dp.kernels.noise_aware import noise_aware_stretch
+from pymc_dp.step_methods import initialization
 from pymc_dp.step_methods.base import _given_length
 from pymc_dp.step_methods.initialization import Centring, PrivateStart, private_centring
 
@@ -191,6 +192,28 @@ class CentredSampling:
         """
         centring = self._centring
         return None if centring is None else int(centring.unresolved)
+
+    def curvature_unchecked(self) -> bool:
+        """Whether the centring's metric could have been checked against the log likelihood's
+        own curvature but was not.
+
+        The Fisher releases estimate the rows' gradient variance; where the likelihood does
+        not describe the data's variance (overdispersed counts under a Poisson likelihood)
+        that is several times the posterior's curvature, and only the observed-curvature step
+        of the centring corrects it (theory §7, step 8). It applies to models of at most 32
+        parameters whose likelihood has no kinks; this is
+        ``True`` when it applied but the budget left no room for it (the rounds that moved
+        the centre spent it) or its histogram showed nothing. Public: budget decisions and
+        post-processing. ``False`` before the centring or without the control variate.
+        """
+        centring = self._centring
+        if centring is None or centring.curvature_checked:
+            return False
+        return (
+            initialization._OBSERVED_CURVATURE
+            and self.space.ndim <= initialization._OBSERVED_CURVATURE_MAX_DIM
+            and not self._channel.likelihood_has_kinks
+        )
 
     def _centring_metadata(self) -> dict[str, Any]:
         """The centring's public numbers for the privacy metadata (empty without one)."""
