@@ -22,9 +22,13 @@ import numpy as np
 from pymc_dp.errors import ConvergenceWarning
 from pymc_dp.kernels.initialization import prior_exact_step, prior_hessian, prior_information
 from pymc_dp.kernels.noise_aware import noise_aware_stretch
-from pymc_dp.step_methods import initialization
 from pymc_dp.step_methods.base import _given_length
-from pymc_dp.step_methods.initialization import Centring, PrivateStart, private_centring
+from pymc_dp.step_methods.initialization import (
+    Centring,
+    PrivateStart,
+    observes_curvature,
+    private_centring,
+)
 
 #: Warned when a step on centred releases is first prepared on a likelihood with kinks.
 KINKED_LIKELIHOOD_WARNING = (
@@ -209,11 +213,7 @@ class CentredSampling:
         centring = self._centring
         if centring is None or centring.curvature_checked:
             return False
-        return (
-            initialization._OBSERVED_CURVATURE
-            and self.space.ndim <= initialization._OBSERVED_CURVATURE_MAX_DIM
-            and not self._channel.likelihood_has_kinks
-        )
+        return observes_curvature(self._channel)
 
     def _centring_metadata(self) -> dict[str, Any]:
         """The centring's public numbers for the privacy metadata (empty without one)."""

@@ -1223,9 +1223,7 @@ def private_centring(
     # all its curvature is, and the differences of each row's gradients miss it; the zoo's
     # median regression at n = 10⁵, ε = 5 went from R̂ 1.08, 0.8 sd to R̂ 4.6, 60 sd with it)
     if (
-        _OBSERVED_CURVATURE
-        and d <= _OBSERVED_CURVATURE_MAX_DIM
-        and not channel.likelihood_has_kinks
+        observes_curvature(channel)
         and budget.fits(histogram_event, 2)
         and remaining_mu() - 2 * mu_histogram >= _SHARPENING_LEFT * first_remaining
     ):
@@ -1306,6 +1304,17 @@ def private_centring(
         histograms=rounds + 2 + (sharpened > 0) + checked,
         sharpened=sharpened,
         curvature_checked=curvature_read,
+    )
+
+
+def observes_curvature(channel: PrivateChannel) -> bool:
+    """Whether :func:`private_centring`'s step 5 (the observed curvature) applies to the
+    channel's model: at most ``_OBSERVED_CURVATURE_MAX_DIM`` parameters and a likelihood
+    without kinks (public: the graph, made-up rows)."""
+    return (
+        _OBSERVED_CURVATURE
+        and channel.space.ndim <= _OBSERVED_CURVATURE_MAX_DIM
+        and not channel.likelihood_has_kinks
     )
 
 
