@@ -307,12 +307,15 @@ def test_a_refused_preparation_says_what_it_has_spent():
     # 360 rows at ε = 1: above the public floor, but the noise of the first histogram (σ ≈ 69
     # counts) hides every bin of the rows' norms, which spread over several: a refusal after
     # that histogram's reservation (made before its read, so it stays spent), and only that
+    # (the seeded noise is mixed with the step's public generator, so that is seeded too: with
+    # an unseeded one, 1 of 12 public seeds tried let a bin through and refused one
+    # histogram later)
     model, _, _ = normal_model(360)
     budget = pymc_dp.PrivacyBudget(epsilon=1.0, delta=1e-6)
     with model:
-        step = pymc_dp.DPPenalty(budget=budget, noise_rng=5)
+        step = pymc_dp.DPPenalty(budget=budget, noise_rng=5, rng=0)
     with pytest.raises(pymc_dp.InsufficientDataError, match="too few rows") as refused:
-        pymc_dp.sample(step, chains=2, cores=1, **quiet())
+        pymc_dp.sample(step, chains=2, cores=1, random_seed=0, **quiet())
     (entry,) = budget.history()
     assert entry.mechanism == "initialization (clip for the climb)"
     assert entry.cost.gaussian_mu() == pytest.approx(
