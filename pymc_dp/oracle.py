@@ -1133,10 +1133,15 @@ class RowLikelihood:
             else:
                 sq_norm = sq_norm + pt.dot(pt.sqr(g), weight)
         for v, (g, index) in entries.items():
-            weight = pt.sqr(precond[slices[v]]).reshape((shapes[v][0], -1))[index]
             if g.ndim == 1:
-                sq_norm = sq_norm + pt.sqr(g) * weight.reshape((m,))
+                # one entry per group: the weights gathered as a vector, which PyTensor 3 reads
+                # inside the fused per-row loop; gathered as rows of a (groups, 1) matrix and
+                # reshaped, they were a separate pass (PyMC 6, n = 10⁵: the 50-group
+                # hierarchy's clipped sum 0.71 → 0.57 ms, the varying slopes' 1.04 → 0.77;
+                # unchanged on PyMC 5)
+                sq_norm = sq_norm + pt.sqr(g) * pt.sqr(precond[slices[v]])[index]
             else:
+                weight = pt.sqr(precond[slices[v]]).reshape((shapes[v][0], -1))[index]
                 sq_norm = sq_norm + pt.sum(pt.sqr(g) * weight, axis=1)
         x = sq_norm * pt.reciprocal(pt.sqr(bound))  # ‖g_i‖²/b²
         scale = pt.reciprocal(pt.sqrt(0.5 * (x + 1.0 + pt.abs(x - 1.0))))  # 1/√max(x, 1)

@@ -61,6 +61,31 @@ def test_the_fisher_pattern_holds_every_rows_outer_product(grouped):
     ]
 
 
+
+def test_the_preconditioned_clip_weighs_each_groups_entry_with_its_own_weight(grouped):
+    # the clipped gradient sum's row norms ‖D g_i‖ read the weight of the group each gathered
+    # entry sits at (a[g_i], b[g_i], c[h_i]): against the per-row gradients in NumPy
+    oracle, _ = grouped
+    d = oracle.space.ndim
+    rng = np.random.default_rng(3)
+    theta = rng.normal(0.0, 0.5, d)
+    grads = oracle.grad_rows(theta)
+    norms = np.linalg.norm(grads, axis=1)
+    bound = float(np.quantile(norms, 0.5))  # half the rows clipped
+    for _ in range(3):
+        precond = rng.uniform(0.2, 5.0, d)  # every coordinate its own weight
+        weighted = np.linalg.norm(grads * precond, axis=1)
+        expected = (grads * np.minimum(1.0, bound / weighted)[:, None]).sum(axis=0)
+        value = oracle.clipped_grad_sum(theta, bound, precond=precond).value
+        np.testing.assert_allclose(value, expected, rtol=1e-10, atol=1e-10)
+        # negative control: the same sum with the weights of other groups differs
+        swapped = precond.copy()
+        for v, sl, _ in oracle.space.slices:
+            if v.name in ("a", "b", "c"):
+                swapped[sl] = precond[sl][::-1]
+        other = oracle.clipped_grad_sum(theta, bound, precond=swapped).value
+        assert np.max(np.abs(other - expected)) > 1e-3 * np.max(np.abs(expected))
+
 def test_without_group_indexed_variables_the_pattern_is_the_likelihoods_block():
     rng = np.random.default_rng(2)
     x = rng.normal(size=200)
