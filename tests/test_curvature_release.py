@@ -8,6 +8,8 @@ is several times it.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -249,8 +251,6 @@ def test_a_metric_the_budget_left_unchecked_is_warned_before_sampling(monkeypatc
     survey's Poisson regression at ε = 10: 280–775 effective draws predicted, 5 achieved,
     no warning before sampling). ``pymc_dp.sample`` says so before sampling; where the check
     was made (the negative control) it does not."""
-    import warnings
-
     from pymc_dp.step_methods import initialization
 
     if crowded:

@@ -61,7 +61,6 @@ def test_the_fisher_pattern_holds_every_rows_outer_product(grouped):
     ]
 
 
-
 def test_the_preconditioned_clip_weighs_each_groups_entry_with_its_own_weight(grouped):
     # the clipped gradient sum's row norms ‖D g_i‖ read the weight of the group each gathered
     # entry sits at (a[g_i], b[g_i], c[h_i]): against the per-row gradients in NumPy
@@ -85,6 +84,7 @@ def test_the_preconditioned_clip_weighs_each_groups_entry_with_its_own_weight(gr
                 swapped[sl] = precond[sl][::-1]
         other = oracle.clipped_grad_sum(theta, bound, precond=swapped).value
         assert np.max(np.abs(other - expected)) > 1e-3 * np.max(np.abs(expected))
+
 
 def test_without_group_indexed_variables_the_pattern_is_the_likelihoods_block():
     rng = np.random.default_rng(2)
