@@ -418,3 +418,50 @@ def test_no_per_row_function_loops_over_rows_in_python_and_each_pickles(name):
     np.testing.assert_array_equal(
         copy.clipped_grad_sum(theta, 1.0).value, oracle.clipped_grad_sum(theta, 1.0).value
     )
+
+
+def _overflowing_poisson(n: int = 400):
+    """A Poisson regression whose rate exp(a + b·x) overflows on the rows with large x."""
+    import pymc as pm
+
+    rng = np.random.default_rng(6)
+    x = rng.uniform(0, 1, n)
+    with pm.Model() as model:
+        x_data = pm.Data("x", x)
+        a = pm.Normal("a", 0, 1)
+        b = pm.Normal("b", 0, 1)
+        pm.Poisson("y", mu=pm.math.exp(a + b * x_data), observed=rng.poisson(np.exp(0.5 + x)))
+    return model
+
+
+@pytest.mark.parametrize("chunk_size", [None, 64])
+def test_a_row_with_a_non_finite_gradient_adds_only_its_finite_entries(chunk_size, monkeypatch):
+    # The clipped sum is first computed without testing each entry for ±∞/NaN (the test in
+    # the hot loop stops its vectorisation); a chunk whose total is then not finite is summed
+    # again with non-finite entries set to zero. Either way no row adds more than the bound.
+    oracle = RowLikelihood(_overflowing_poisson(), chunk_size=chunk_size)
+    theta = np.array([0.0, 1000.0])  # b = 1000: exp(b·x) overflows where x > 0.71
+    per_row = oracle.grad_rows(theta)
+    overflowed = ~np.all(np.isfinite(per_row), axis=1)
+    assert 0 < overflowed.sum() < oracle.n_rows
+    finite = np.where(np.isfinite(per_row), per_row, 0.0)
+    bound = 5.0
+    with np.errstate(divide="ignore", over="ignore"):
+        norms = np.linalg.norm(finite, axis=1)
+        expected = (finite * np.minimum(1.0, bound / norms)[:, None]).sum(axis=0)
+    result = oracle.clipped_grad_sum(theta, bound).value
+    np.testing.assert_allclose(result, expected, rtol=1e-10)
+    assert np.linalg.norm(result) <= bound * oracle.n_rows
+    # at an ordinary point the fast sum is the whole story, and agrees with NumPy
+    ordinary = np.array([0.5, 1.0])
+    per_row = oracle.grad_rows(ordinary)
+    norms = np.linalg.norm(per_row, axis=1)
+    np.testing.assert_allclose(
+        oracle.clipped_grad_sum(ordinary, 1.0).value,
+        (per_row * np.minimum(1.0, 1.0 / norms)[:, None]).sum(axis=0),
+        rtol=1e-10,
+    )
+    # negative control: with the fast sum standing in for the safe one, the total is not finite
+    bare = RowLikelihood(_overflowing_poisson(), chunk_size=chunk_size)
+    monkeypatch.setattr(bare, "_compile_graph", lambda name: bare._f_grad)
+    assert not np.all(np.isfinite(bare.clipped_grad_sum(theta, bound).value))
