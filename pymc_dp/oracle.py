@@ -87,7 +87,6 @@ from pymc_dp._leaks import (
     is_data_leaf,
     leaf_value,
 )
-from pymc_dp._row_axis import drop_row_axis
 from pymc_dp.errors import (
     BackendNotSupportedError,
     CoupledRowsError,
@@ -1013,9 +1012,7 @@ class RowLikelihood:
             outs = vectorize_graph(
                 [ell_one, *grads_one, *indices_one], dict(zip(one, inputs, strict=True))
             )
-            # without the one row's length-one axis wherever possible, so that the loops
-            # computing a per-row gradient fuse with those clipping and summing it
-            outs = drop_row_axis(unbatch_blockwise(outs))
+            outs = unbatch_blockwise(outs)
             ell = outs[0]
             grads = outs[1 : 1 + len(dense_vars)]
             m = ell.shape[0]
@@ -1105,95 +1102,72 @@ class RowLikelihood:
 
         # Clipped gradient sum, theory §2: Σ_i g_i · min(1, b / ‖g_i‖), per value-variable block,
         # joined into the raveled vector only at the end. Measured choices (benchmarks/oracle.py):
-        # - ‖g_i‖² = (g_i²)·1 and Σ_i s_i g_i = sᵀG for a block of several columns are matrix
-        #   products; a scalar parameter's column is summed as Σ_i s_i g_i, which PyTensor 3
-        #   (Numba) fuses into the loop that computes the rows' gradients (the Normal model,
-        #   n = 10⁵: 0.19 → 0.10 ms), but as a product sᵀg on PyTensor 2's C backend, where a
-        #   CAReduce sum is several times slower;
+        # - every reduction over rows is a dot product (‖g_i‖² = (g_i²)·1, Σ_i s_i g_i = sᵀG, and
+        #   sᵀg for a scalar parameter's column): a CAReduce sum is several times slower;
         # - the scale is s_i = 1/√max(‖g_i‖²/b², 1), with the maximum written branch-free
         #   (PyTensor's NaN-checking `maximum` mispredicts when many rows are clipped) and 1/b²
         #   computed once, so b = ∞ (no clipping) gives s = 1;
         # - the count of clipped rows is in a second function, used only when asked for: in the
         #   same loop it more than doubles the cost, and it is a non-private diagnostic.
-        # Non-finite entries (overflow in a model's gradient on an extreme row) must not reach a
-        # release: the *safe* sum sets them to zero, so every row still contributes at most b.
-        # Testing every entry in the hot loop makes it much slower (PyMC 6, the 175-parameter
-        # varying slopes in one loop: 0.52 ms without the test, 1.02 ms with it), so the *fast*
-        # sum, used first, has no test: where every entry is finite the two compute the same,
-        # and where one is not, that row's s_i g_i is NaN (s_i = 0 times ±∞, or a NaN), so the
-        # fast total is not finite and the chunk is summed again with the safe one
-        # (:meth:`_clipped_chunk`).
+        # Non-finite entries (overflow in a model's gradient on an extreme row) are set to zero,
+        # so every row still contributes at most b: no NaN reaches a release.
         bound = pt.scalar("grad_clip", dtype=floatX)
         # the norm is taken of D g_i, D = diag(precond) (public; ones for the plain clip)
         precond = pt.vector("grad_precond", dtype=floatX)
         m = ell_theta.shape[0]
         slices = {v: sl for v, sl, _ in self.space.slices}
-        fused_sums = not _compile.c_backend(self.backend)
 
-        def clipped_sum(safe: bool) -> tuple[Variable, Variable]:
-            """The clipped sum's graph and the rows' squared (preconditioned) norms."""
+        def finite(g: Variable, width: int) -> Variable:
+            # one column as a vector; |g| < ∞ is false for ±∞ and NaN (one comparison)
+            g = g.reshape((m,)) if width == 1 else g.reshape((m, width))
+            return pt.switch(pt.abs(g) < np.inf, g, 0.0)
 
-            def column(g: Variable, width: int) -> Variable:
-                # one column as a vector; |g| < ∞ is false for ±∞ and NaN (one comparison)
-                g = g.reshape((m,)) if width == 1 else g.reshape((m, width))
-                return pt.switch(pt.abs(g) < np.inf, g, 0.0) if safe else g
-
-            columns = {v: column(g, widths[v]) for v, g in blocks_theta.items()}
-            # a row-gathered variable: row i's gradient entries, all at index idx_i of v
-            entries = {v: (column(g, widths[v]), index) for v, (g, index) in sparse_theta.items()}
-            sq_norm = pt.zeros((m,), dtype=floatX)
-            for v, g in columns.items():
-                weight = pt.sqr(precond[slices[v]])
+        columns = {v: finite(g, widths[v]) for v, g in blocks_theta.items()}
+        # a row-gathered variable: row i's gradient entries, all at index idx_i of v
+        entries = {v: (finite(g, widths[v]), index) for v, (g, index) in sparse_theta.items()}
+        sq_norm = pt.zeros((m,), dtype=floatX)
+        for v, g in columns.items():
+            weight = pt.sqr(precond[slices[v]])
+            if g.ndim == 1:
+                sq_norm = sq_norm + pt.sqr(g) * weight[0]
+            else:
+                sq_norm = sq_norm + pt.dot(pt.sqr(g), weight)
+        for v, (g, index) in entries.items():
+            if g.ndim == 1:
+                # one entry per group: the weights gathered as a vector, which PyTensor 3 reads
+                # inside the fused per-row loop; gathered as rows of a (groups, 1) matrix and
+                # reshaped, they were a separate pass (PyMC 6, n = 10⁵: the 50-group
+                # hierarchy's clipped sum 0.71 → 0.57 ms, the varying slopes' 1.04 → 0.77;
+                # unchanged on PyMC 5)
+                sq_norm = sq_norm + pt.sqr(g) * pt.sqr(precond[slices[v]])[index]
+            else:
+                weight = pt.sqr(precond[slices[v]]).reshape((shapes[v][0], -1))[index]
+                sq_norm = sq_norm + pt.sum(pt.sqr(g) * weight, axis=1)
+        x = sq_norm * pt.reciprocal(pt.sqr(bound))  # ‖g_i‖²/b²
+        scale = pt.reciprocal(pt.sqrt(0.5 * (x + 1.0 + pt.abs(x - 1.0))))  # 1/√max(x, 1)
+        pieces = []
+        for v, _, shape in self.space.slices:
+            if v in entries:  # Σ_i s_i g_i placed at idx_i: a scatter-add over the rows
+                g, index = entries[v]
                 if g.ndim == 1:
-                    sq_norm = sq_norm + pt.sqr(g) * weight[0]
-                else:
-                    sq_norm = sq_norm + pt.dot(pt.sqr(g), weight)
-            for v, (g, index) in entries.items():
-                if g.ndim == 1:
-                    # one entry per group: the weights gathered as a vector, which PyTensor 3
-                    # reads inside the fused per-row loop; gathered as rows of a (groups, 1)
-                    # matrix and reshaped, they were a separate pass (PyMC 6, n = 10⁵: the
-                    # 50-group hierarchy's clipped sum 0.71 → 0.57 ms; unchanged on PyMC 5)
-                    sq_norm = sq_norm + pt.sqr(g) * pt.sqr(precond[slices[v]])[index]
-                else:
-                    weight = pt.sqr(precond[slices[v]]).reshape((shapes[v][0], -1))[index]
-                    sq_norm = sq_norm + pt.sum(pt.sqr(g) * weight, axis=1)
-            x = sq_norm * pt.reciprocal(pt.sqr(bound))  # ‖g_i‖²/b²
-            scale = pt.reciprocal(pt.sqrt(0.5 * (x + 1.0 + pt.abs(x - 1.0))))  # 1/√max(x, 1)
-            pieces = []
-            for v, _, shape in self.space.slices:
-                if v in entries:  # Σ_i s_i g_i placed at idx_i: a scatter-add over the rows
-                    g, index = entries[v]
-                    if g.ndim == 1:
-                        acc = pt.zeros((shape[0],), dtype=floatX)
-                        pieces.append(pt.inc_subtensor(acc[index], scale * g))
-                    else:  # flat: a row scatter of (m, w) fails on a 1-row chunk (PyTensor 2)
-                        width = widths[v]
-                        at = (index[:, None] * width + pt.arange(width)).reshape((-1,))
-                        acc = pt.zeros((sizes[v],), dtype=floatX)
-                        scaled = (scale[:, None] * g).reshape((-1,))
-                        pieces.append(pt.inc_subtensor(acc[at], scaled))
-                elif v not in columns:  # the likelihood does not depend on v: zero gradient
-                    pieces.append(pt.zeros((sizes[v],), dtype=floatX))
-                elif sizes[v] == 1 and fused_sums:
-                    pieces.append(pt.sum(scale * columns[v]).reshape((1,)))
-                elif sizes[v] == 1:
-                    pieces.append(pt.dot(scale, columns[v]).reshape((1,)))
-                else:
-                    pieces.append(pt.dot(scale, columns[v]))
-            total = pt.concatenate(pieces) if pieces else pt.zeros((0,), dtype=floatX)
-            return total, sq_norm
-
-        fast_total, _ = clipped_sum(safe=False)
-        safe_total, sq_norm = clipped_sum(safe=True)
-        grad_inputs = [self.space.theta, *inputs, bound, precond]
-        grad_graph = (grad_inputs, fast_total)
-        # the safe sum, for a chunk whose fast sum is not finite: compiled on first use
-        self._safe_grad_graph = (grad_inputs, safe_total)
-        self._f_safe_grad = None
+                    acc = pt.zeros((shape[0],), dtype=floatX)
+                    pieces.append(pt.inc_subtensor(acc[index], scale * g))
+                else:  # flat: a row scatter of (m, w) values fails on a 1-row chunk (PyTensor 2)
+                    width = widths[v]
+                    at = (index[:, None] * width + pt.arange(width)).reshape((-1,))
+                    acc = pt.zeros((sizes[v],), dtype=floatX)
+                    pieces.append(pt.inc_subtensor(acc[at], (scale[:, None] * g).reshape((-1,))))
+            elif v not in columns:  # the likelihood does not depend on v: zero gradient
+                pieces.append(pt.zeros((sizes[v],), dtype=floatX))
+            elif sizes[v] == 1:
+                pieces.append(pt.dot(scale, columns[v]).reshape((1,)))
+            else:
+                pieces.append(pt.dot(scale, columns[v]))
+        total = pt.concatenate(pieces) if pieces else pt.zeros((0,), dtype=floatX)
+        grad_graph = ([self.space.theta, *inputs, bound, precond], total)
         n_clipped = pt.sum(sq_norm > pt.sqr(bound))  # NOT private: diagnostics only
         # with the count, for non-private diagnostics only: compiled on first use
-        self._grad_and_count = (grad_inputs, [safe_total, n_clipped])
+        self._grad_and_count = ([self.space.theta, *inputs, bound, precond], [total, n_clipped])
         self._f_grad_and_count = None
 
         # Clipped log-likelihood-ratio sum, theory §2: Σ_i clip(ℓ_i(θ') − ℓ_i(θ), −B, B).
@@ -1302,7 +1276,6 @@ class RowLikelihood:
             "loglik": loglik_graph,
             "centred": self._centred_graph,
             "grad": grad_graph,
-            "safe_grad": self._safe_grad_graph,
             "compact": self._compact_graph,
             "grad_and_count": self._grad_and_count,
         }
@@ -1311,7 +1284,7 @@ class RowLikelihood:
         self._graphs = graphs
         self._rewrite_groups: dict[str, RewriteGroup] = {}
         if self.backend is None:
-            gradients = ("grad", "safe_grad", "compact", "centred_grad")
+            gradients = ("grad", "compact", "centred_grad")
             for names in (("loglik", "centred"), tuple(g for g in gradients if g in graphs)):
                 group = RewriteGroup(
                     {name: graphs[name] for name in names}, check_bounds=self._check_bounds
@@ -1609,24 +1582,8 @@ class RowLikelihood:
                 total += value
                 clipped += int(count)
             else:
-                total += self._clipped_chunk(theta, chunk, bound, weights)
+                total += self._private_call(self._f_grad, theta, *chunk, bound, weights)
         return ClippedSum(total, clipped)
-
-    def _clipped_chunk(
-        self, theta: np.ndarray, chunk: list[np.ndarray], bound: float, weights: np.ndarray
-    ) -> np.ndarray:
-        """One chunk's clipped gradient sum: the fast sum, or the safe one where it is not finite.
-
-        The fast sum has no test for non-finite entries; a row with one makes its total not
-        finite, and then the safe sum, which sets such entries to zero, gives the chunk's value
-        (:meth:`_compile_likelihood`). Where every entry is finite the two agree.
-        """
-        value = self._private_call(self._f_grad, theta, *chunk, bound, weights)
-        if np.all(np.isfinite(value)):
-            return value
-        if self._f_safe_grad is None:
-            self._f_safe_grad = self._compile_graph("safe_grad")
-        return self._private_call(self._f_safe_grad, theta, *chunk, bound, weights)
 
     def clipped_llr_sum(
         self,
@@ -2034,9 +1991,10 @@ class RowLikelihood:
         """Unclipped ``Σ_i ∇_θ ℓ_i(θ)``. Not private; for tests and diagnostics."""
         theta = self.space.as_theta(theta)
         total = np.zeros(self.ndim)
-        unbounded = self._check_bound(np.inf, "grad_clip")
         for chunk in self._chunks(rows, _count):
-            total += self._clipped_chunk(theta, chunk, unbounded, self._precond())
+            total += self._private_call(
+                self._f_grad, theta, *chunk, self._check_bound(np.inf, "grad_clip"), self._precond()
+            )
         return total
 
     def grad_rows(self, theta: np.ndarray, rows: np.ndarray | slice | None = None) -> np.ndarray:

@@ -23,7 +23,6 @@ def _arguments(oracle: RowLikelihood, name: str, rng: np.random.Generator) -> li
     extra = {
         "loglik": [],
         "grad": [np.asarray(0.7), rng.uniform(0.5, 2.0, oracle.ndim)],
-        "safe_grad": [np.asarray(0.7), rng.uniform(0.5, 2.0, oracle.ndim)],
         "compact": [],
         "centred": [
             rng.normal(size=(m, shared)),
