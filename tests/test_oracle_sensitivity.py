@@ -140,6 +140,11 @@ def _overflow_models(form: str, y: np.ndarray, rng: np.random.Generator) -> pm.M
             a = pm.Normal("a", 0, 5)
             b = pm.Normal("b", 0, 5)
             pm.Normal("y", a + b * pm.Data("x", x), sigma, observed=y)
+        elif form == "vector coefficients":  # one (m, 2) block: a matrix product per chunk
+            X = rng.normal(size=(n, 2))
+            X[: n // 2, 0] = 1e308
+            beta = pm.Normal("beta", 0, 5, shape=2)
+            pm.Normal("y", pm.Data("X", X) @ beta, sigma, observed=y)
         else:  # "gathered coefficients": a (groups, 2) matrix read at each row's group
             X = rng.normal(size=(n, 2))
             X[: n // 2, 0] = 1e308
@@ -149,15 +154,17 @@ def _overflow_models(form: str, y: np.ndarray, rng: np.random.Generator) -> pm.M
     return model
 
 
-@pytest.mark.parametrize("chunk_size", [None, 7])
-@pytest.mark.parametrize("form", ["scalar coefficients", "gathered coefficients"])
+@pytest.mark.parametrize("chunk_size", [None, 7, 6])
+@pytest.mark.parametrize(
+    "form", ["scalar coefficients", "vector coefficients", "gathered coefficients"]
+)
 def test_a_row_whose_gradient_overflows_moves_nothing_but_itself(form, chunk_size):
     # Half the rows' gradients overflow to ±∞ inside a product (covariate 1e308 times a
     # residual); substituting one *other* row, here one whose own gradient overflows too, must
     # still move the clipped sum by at most 2b. A compiled sum that let the product absorb the
     # ∞ (a scale of 0 multiplied in first) and re-summed a chunk only when its total was not
     # finite moved it by about 100 b here (review of a faster variant, not kept).
-    n, bound = 61, 1.0  # 61 = 8 chunks of 7 and a 5-row one
+    n, bound = 61, 1.0  # 8 chunks of 7 and a 5-row one; 10 chunks of 6 and a 1-row one
     y = np.random.default_rng(2).normal(size=n)
     y[: n // 2] = 10.0
     neighbour = y.copy()
