@@ -25,6 +25,11 @@ SCRIPT = textwrap.dedent(
         beta = pm.Normal("beta", 0, 1, shape=d)
         pm.Bernoulli("y", logit_p=Xd @ beta, observed=y)
     del X
+    # PyTensor's index of its compiled C modules is loaded on the first compilation and grows
+    # with that cache (77 MB on a machine that had compiled many graphs): not the oracle's
+    import pytensor, pytensor.tensor as pt
+    x = pt.vector("x")
+    pytensor.function([x], 2.0 * x)(np.ones(3))
     tracemalloc.start()  # NumPy's allocations from here on: the oracle's own
     oracle = RowLikelihood(model)
     theta = rng.normal(0, 0.1, d)
