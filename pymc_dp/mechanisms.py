@@ -52,7 +52,7 @@ from pymc_dp.errors import (
     ReadOnlyParameterError,
 )
 from pymc_dp.noise import NoiseSource
-from pymc_dp.oracle import RowLikelihood
+from pymc_dp.oracle import NORM_BOUND_RANGE, RowLikelihood
 from pymc_dp.parameter_space import ParameterSpace
 from pymc_dp.releases import BarkerDecision, Centre, Release, RemainderScale, marginal_metric
 
@@ -562,12 +562,14 @@ class CentredGradientRelease(_CentredRelease):
         if not space.in_support(theta):
             return Release(np.full(space.ndim, np.nan), 0.0, 0 if self.count_clipped else None)
         bound = self.bound(theta)
-        if not np.isfinite(bound):  # a trajectory diverged beyond float range: as off support
+        smallest, largest = NORM_BOUND_RANGE  # what the oracle clips norms to (10⁻⁵⁰, 10⁵⁰)
+        if not bound <= largest:  # a trajectory diverged (∞ included): as off support
             return Release(np.full(space.ndim, np.nan), 0.0, 0 if self.count_clipped else None)
         self._record()  # checked against the reservation before the data are read
         t = self.temperature
         value = self.centre_gradient.copy()
-        if bound == 0.0:  # at the centre: every difference is 0, unread
+        if bound < smallest:  # at the centre every difference is 0, within 10⁻⁵⁰ of it at most
+            # n·B: unread (a release would add that and noise of sd 2zB, both negligible)
             return Release(t * value, 0.0, 0 if self.count_clipped else None)
         kept = self.likelihood_coordinates
         clipped = self._oracle.clipped_centred_grad_sum(
@@ -622,7 +624,7 @@ class GradientRelease(_NoisySum):
             temperature=temperature,
             count_clipped=count_clipped,
         )
-        self.grad_clip = float(grad_clip)
+        self.grad_clip = float(self._oracle._check_norm_bound(grad_clip, "grad_clip"))
         self.precond = None if precond is None else self._oracle._precond(precond).copy()
         self.likelihood_coordinates = channel.likelihood_coordinates
         self.flat = channel.likelihood_flat_directions
@@ -1186,7 +1188,7 @@ class MinibatchGradientRelease(Mechanism):
         super().__init__(channel)
         check_batch_rows(int(batch_size), channel.n_rows)
         self.batch_size = int(batch_size)
-        self.grad_clip = float(grad_clip)
+        self.grad_clip = float(self._oracle._check_norm_bound(grad_clip, "grad_clip"))
         self.noise_multiplier = float(noise_multiplier)
         self.count_clipped = bool(count_clipped)
         self._finish()
