@@ -143,11 +143,11 @@ def bounded_entries(g: Variable, *, c_backend: bool = False) -> Variable:
     entry is bounded by one element-wise expression of that entry alone, which PyTensor's
     rewrites cannot fold into the products that use it (a multiplication by a row's scale
     ``s_i = 0`` flattened into an overflowing gradient's factors never forms the ``∞`` a
-    later test would look for). Two forms with the same values,
-    whichever is faster (``benchmarks/oracle.py``): ``clip(switch(isnan(g), 0, g), −L, L)`` on
-    PyTensor 3 (Numba; with the 175-parameter varying slopes 0.77 → 0.68 ms against
-    ``switch(|g| < ∞, g, 0)``), and nested switches on PyTensor 2's C backend (a logistic
-    regression with 10 coefficients 3.8 → 4.7 ms with the clip, 3.8 with the switches).
+    later test would look for). Two forms with the same values, whichever is faster
+    (``benchmarks/oracle.py``): ``clip(switch(isnan(g), 0, g), −L, L)`` on PyTensor 3 (Numba;
+    with the 175-parameter varying slopes 0.77 → 0.68 ms against ``switch(|g| < ∞, g, 0)``),
+    and nested switches on PyTensor 2's C backend (a logistic regression with 10 coefficients
+    3.8 → 4.7 ms with the clip, 3.8 with the switches).
     """
     dtype = g.type.dtype
     limit = pt.constant(np.sqrt(np.finfo(dtype).max) * 1e-4, dtype=dtype)
@@ -410,10 +410,8 @@ class _RowMap:
         # a term that overflowed leaves sq at ±∞ or NaN: ∞ here, so that norms() rescales the
         # row (a cross term at −∞ clamped to 0 by the maximum left a row of norm 5·10¹⁵³
         # unclipped; found in review)
-        finite = np.isfinite(sq)
-        return np.where(finite, np.sqrt(np.maximum(np.where(finite, sq, 0.0), 0.0)), np.inf) * (
-            self.inflation
-        )
+        sq = np.where(np.isfinite(sq), np.maximum(sq, 0.0), np.inf)
+        return np.sqrt(sq) * self.inflation
 
     def weighted_sum(
         self, weights: np.ndarray, values: np.ndarray, index: np.ndarray | None
@@ -1198,14 +1196,14 @@ class RowLikelihood:
 
         branchy = _compile.c_backend(self.backend)
 
-        def finite(g: Variable, width: int) -> Variable:
+        def bounded(g: Variable, width: int) -> Variable:
             # one column as a vector, its entries bounded
             g = g.reshape((m,)) if width == 1 else g.reshape((m, width))
             return bounded_entries(g, c_backend=branchy)
 
-        columns = {v: finite(g, widths[v]) for v, g in blocks_theta.items()}
+        columns = {v: bounded(g, widths[v]) for v, g in blocks_theta.items()}
         # a row-gathered variable: row i's gradient entries, all at index idx_i of v
-        entries = {v: (finite(g, widths[v]), index) for v, (g, index) in sparse_theta.items()}
+        entries = {v: (bounded(g, widths[v]), index) for v, (g, index) in sparse_theta.items()}
         sq_norm = pt.zeros((m,), dtype=floatX)
         for v, g in columns.items():
             weight = pt.sqr(precond[slices[v]])
