@@ -557,10 +557,11 @@ def newton_step(
 class CurvatureResult(NamedTuple):
     """A Newton step from one or more gradient designs (post-processing)."""
 
-    theta: np.ndarray  # θ + Σ̂ ḡ, kept inside the designs' trust region
-    covariance: np.ndarray  # (−Ĥ)⁻¹, Ĥ made negative definite
+    theta: np.ndarray  # θ + Σ̂_s ḡ, kept inside the designs' trust region
+    covariance: np.ndarray  # Σ̂ = (−Ĥ)⁻¹, Ĥ made negative definite
     hessian: np.ndarray  # Ĥ, symmetrised
     gradient: np.ndarray  # ḡ
+    step_covariance: np.ndarray  # Σ̂_s: Σ̂ with the likelihood's information floored, for steps
 
 
 def newton_from_designs(
@@ -568,6 +569,7 @@ def newton_from_designs(
     designs: list[Design],
     *,
     prior_hessian: np.ndarray | None = None,
+    reads: np.ndarray | None = None,
     trust: float = 3.0,
 ) -> CurvatureResult:
     """Combine designs at ``θ`` (each entry weighted by ``1/noise²``) and take a Newton step.
@@ -575,7 +577,28 @@ def newton_from_designs(
     With the log-prior's Hessian at ``θ`` (public), the likelihood's part ``Ĥ − H_prior`` is
     projected onto the negative semi-definite matrices (a likelihood's information is never
     negative) before the prior's is added back: the estimated posterior is then never wider
-    than the prior, whatever the noise did to a weakly identified direction. The step ``Σ̂ ḡ``
+    than the prior, whatever the noise did to a weakly identified direction.
+
+    The step ``Σ̂_s ḡ`` takes, along each coordinate the likelihood reads (``reads``, public:
+    ``PrivateChannel.likelihood_coordinates``; all by default) and the prior couples to
+    another (a hierarchy's ``a_j``, to ``μ_a`` and ``σ_a``), at least the likelihood
+    information its designs' noise could hide there (twice their noise sd, the
+    preconditioner's floor too): an unresolved coordinate then moves no further than the
+    shortest step the noise is consistent with, rather than as far as the prior's width
+    allows, which the prior's coupling would pass on to the others. (Not under an
+    independent prior: on a logistic regression in its covariates' own units at ε = 1, whose
+    climb ends far out along a ridge, the floor on every coordinate held the steps, and the
+    start was 37 sd off instead of under 3.5.) ``Σ̂`` itself, the estimate of the
+    posterior's covariance, is left without that floor (it would make an unresolved
+    coordinate too narrow for a sampler's metric: a rare covariate's sd came out 0.25–0.29 of
+    the truth). Without the floor a centred hierarchy's
+    steps went wild: on a 60-group logistic hierarchy (n = 10⁵, ε = 5) the first design's
+    noise on each group's curvature (sd about 700 against an information of about 330) left
+    21 of the 60 groups with none; their ``a_j`` had the prior's width alone, and through the
+    prior's coupling ``μ_a`` and ``log σ_a`` moved 1.2 (the trust region's edge) from a climb
+    that had ended at the mode, and the next step 3–5 more. In three of four default DP HMC
+    preparations the centring went on from there into ``σ_a → 0`` (``log σ_a`` −35 with every
+    ``a_j = μ_a``): the chains diverged at every iteration and reported ``z`` of 10¹³. The step
     is kept within ``trust · h_j`` of ``θ`` per coordinate (the largest design step): the
     quadratic was fitted there only.
     """
@@ -600,20 +623,41 @@ def newton_from_designs(
     gradient = gradient / sum(g_weights)
     if not (np.all(np.isfinite(hessian)) and np.all(np.isfinite(gradient))):
         # a design point left the support (an undefined release): no step, no curvature
-        return CurvatureResult(theta, np.full(hessian.shape, np.nan), hessian, gradient)
+        undefined = np.full(hessian.shape, np.nan)
+        return CurvatureResult(theta, undefined, hessian, gradient, undefined)
     if prior_hessian is not None:
         prior = 0.5 * (prior_hessian + prior_hessian.T)
         values, vectors = np.linalg.eigh(-(hessian - prior))
         information = (vectors * np.maximum(values, 0.0)) @ vectors.T
-        values, vectors = np.linalg.eigh(information - prior)
+        hidden = np.maximum(2.0 * np.sqrt(np.diag(variance)) - np.diag(information), 0.0)
+        if reads is not None:  # along the others it is zero for every dataset
+            hidden = np.where(np.asarray(reads, dtype=bool), hidden, 0.0)
+        # only where the prior couples the coordinate to others (a hierarchy's a_j to μ_a, σ_a):
+        # an independent prior's width moves that coordinate alone
+        hidden = np.where(_coupled(prior), hidden, 0.0)
+        covariance = _inverse_information(information - prior)
+        step_covariance = _inverse_information(information + np.diag(hidden) - prior)
     else:
-        values, vectors = np.linalg.eigh(-hessian)
-    floor = max(values.max(), 1e-12) * 1e-6
-    values = np.maximum(values, floor)
-    covariance = (vectors / values) @ vectors.T
+        covariance = step_covariance = _inverse_information(-hessian)
     reach = trust * np.max([design.step for design in designs], axis=0)
-    newton = np.clip(covariance @ gradient, -reach, reach)
-    return CurvatureResult(theta + newton, covariance, hessian, gradient)
+    newton = np.clip(step_covariance @ gradient, -reach, reach)
+    return CurvatureResult(theta + newton, covariance, hessian, gradient, step_covariance)
+
+
+def _coupled(prior_hessian: np.ndarray) -> np.ndarray:
+    """Which coordinates the log prior's Hessian couples to another (an off-diagonal entry
+    above ``10⁻⁸`` of the geometric mean of the two diagonal entries)."""
+    scale = np.sqrt(np.abs(np.diag(prior_hessian)))
+    off = np.abs(prior_hessian) > 1e-8 * np.outer(scale, scale)
+    np.fill_diagonal(off, False)
+    return off.any(axis=1)
+
+
+def _inverse_information(information: np.ndarray) -> np.ndarray:
+    """``A⁻¹`` of a symmetric ``A`` with its eigenvalues raised to ``10⁻⁶`` of the largest."""
+    values, vectors = np.linalg.eigh(information)
+    values = np.maximum(values, max(values.max(), 1e-12) * 1e-6)
+    return (vectors / values) @ vectors.T
 
 
 def pooled_mode(

@@ -629,7 +629,8 @@ def private_initialization(
     step2 = np.maximum(step2, first.step)
     prior = prior_hessian(space.logprior_grad, theta_a)  # public
     # a first Newton step: the second design is centred nearer the mode
-    theta_1 = newton_from_designs(theta_a, [first], prior_hessian=prior).theta
+    reads = channel.likelihood_coordinates
+    theta_1 = newton_from_designs(theta_a, [first], prior_hessian=prior, reads=reads).theta
     if not (np.all(np.isfinite(theta_1)) and space.in_support(theta_1)):
         theta_1 = theta_a
 
@@ -653,12 +654,16 @@ def private_initialization(
         space.logprior_grad,
         z_grad * 2.0 * precond_clip / precond,
     )
-    covariance = newton_from_designs(theta_1, [first, second], prior_hessian=prior).covariance
+    curvature = newton_from_designs(theta_1, [first, second], prior_hessian=prior, reads=reads)
+    covariance, step_covariance = curvature.covariance, curvature.step_covariance
     if not np.all(np.isfinite(covariance)):
-        covariance = np.diag(1.0 / (n * information))
+        covariance = step_covariance = np.diag(1.0 / (n * information))
     reach = 3.0 * step2  # the quadratic was fitted within the design's steps
-    centre = theta_1 + np.clip(covariance @ second.gradient, -reach, reach)
-    theta_star, location_covariance = _pooled(records, covariance, centre, len(second.points))
+    centre = theta_1 + np.clip(step_covariance @ second.gradient, -reach, reach)
+    # the pooled mode's extrapolation as short as the step's along unresolved coordinates; its
+    # stated uncertainty from Σ̂ (the floored curvature would state it too precisely there)
+    theta_star, _ = _pooled(records, step_covariance, centre, len(second.points))
+    _, location_covariance = _pooled(records, covariance, centre, len(second.points))
     if not (np.all(np.isfinite(theta_star)) and space.in_support(theta_star)):
         theta_star, location_covariance = theta_1, covariance
     # the pooled mode stays where the quadratic was fitted: a pooled fit through unresolved
