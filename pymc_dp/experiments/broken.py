@@ -112,7 +112,13 @@ def barker_accept_probability(
 
 
 def one_bit_audit_limit(
-    p: np.ndarray, p_neighbour: np.ndarray, *, runs: int, delta: float, confidence: float = 0.95
+    p: np.ndarray,
+    p_neighbour: np.ndarray,
+    *,
+    runs: int,
+    delta: float,
+    confidence: float = 0.95,
+    sets: int = 3,
 ) -> tuple[float, float]:
     """For a one-bit output with ``P(1) = p`` on ``D`` and ``p_neighbour`` on ``D'`` (arrays over
     the auditor's designs): (the true ε at ``delta``, sup over designs; the largest lower bound an
@@ -120,11 +126,13 @@ def one_bit_audit_limit(
 
     The true ε of a Bernoulli pair is the smallest ε with ``max(0, P'(o) − e^ε P(o)) ≤ δ`` for
     both outcomes ``o`` and both directions; the audit's bound is
-    ``log((P_lo(o) − δ) / P_hi(o))`` with one-sided Clopper–Pearson bounds at ``(1 + c)/2``.
+    ``log((P_lo(o) − δ) / P_hi(o))`` with one-sided Clopper–Pearson bounds at
+    ``1 − (1 − c)/(2·sets)``, as :func:`pymc_dp.audit.audit_step` evaluates its ``sets`` best
+    sets (``sets=1``: one set, each bound at ``(1 + c)/2``).
     """
     from scipy import stats
 
-    level = (1 + confidence) / 2
+    level = 1 - (1 - confidence) / (2 * sets)
     true, shown = 0.0, 0.0
     for a, b in ((p, p_neighbour), (p_neighbour, p)):
         for high, low in ((a, b), (1 - a, 1 - b)):
