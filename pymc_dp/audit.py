@@ -56,6 +56,7 @@ from pymc_dp.errors import (
     InvalidParameterError,
     PrivateEvaluationError,
 )
+from pymc_dp.step_methods.options import check_positive_int
 
 __all__ = [
     "AuditResult",
@@ -204,12 +205,6 @@ def _evaluate(
     )
 
 
-def _check_sets(sets: int) -> int:
-    if isinstance(sets, bool) or not isinstance(sets, int | np.integer) or sets < 1:
-        raise InvalidParameterError(f"sets must be a positive integer, got {sets!r}.")
-    return int(sets)
-
-
 def _bound(x: np.ndarray, y: np.ndarray, member: Callable, delta: float, level: float) -> float:
     kx, ky = int(np.sum(member(x))), int(np.sum(member(y)))
     lower, _ = _clopper_pearson(kx, x.size, level)
@@ -252,7 +247,7 @@ def epsilon_lower_bound(
         raise InvalidParameterError("an audit needs at least 20 runs per dataset.")
     if not 0 < confidence < 1:
         raise InvalidParameterError(f"confidence must be in (0, 1), got {confidence!r}.")
-    sets = _check_sets(sets)
+    sets = check_positive_int(sets, "sets")
     hx, hy = x.size // 2, y.size // 2
     chosen = _top_sets(x[:hx], y[:hy], delta, (1 + confidence) / 2, sets)
     return _evaluate(x[hx:], y[hy:], chosen, delta, confidence)
@@ -379,7 +374,7 @@ def audit_step(
 
     if not 0 < confidence < 1:
         raise InvalidParameterError(f"confidence must be in (0, 1), got {confidence!r}.")
-    sets = _check_sets(sets)
+    sets = check_positive_int(sets, "sets")
     if start is None or isinstance(start, Mapping):
         candidates: list[dict[str, Any] | None] = [None if start is None else dict(start)]
     else:
