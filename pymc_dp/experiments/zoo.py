@@ -1194,19 +1194,25 @@ def summarize(idata_posterior: Any, reference: Mapping[str, Moments]) -> dict[st
         reference's scalar elements), ``max_abs_mean_diff_own_sd`` (the same in the run's own
         sd: how far outside its own intervals the reference mean lies, so a run whose intervals
         are honest about its error keeps it near or below 2), ``sd_ratio_min`` and
-        ``sd_ratio_max`` (run sd / reference sd), and, from :func:`pymc_dp.check_convergence`
-        over every released variable, ``rhat_max``, ``ess_bulk_min`` and ``acceptance`` (NaN
-        without sample stats).
+        ``sd_ratio_max`` (run sd / reference sd), ``ess_bulk_median`` (the median bulk ESS of
+        the reference's elements: a prediction of effective draws is per coordinate, and the
+        smallest of many noisy estimates sits below their typical value), and, from
+        :func:`pymc_dp.check_convergence` over every released variable, ``rhat_max``,
+        ``ess_bulk_min`` and ``acceptance`` (NaN without sample stats).
     """
+    import arviz as az
+
     posterior = group_dataset(idata_posterior, "posterior")
     stats = group_dataset(idata_posterior, "sample_stats")
     if posterior is None and hasattr(idata_posterior, "data_vars"):
         posterior = getattr(idata_posterior, "ds", idata_posterior)  # a posterior dataset
     if posterior is None:
         raise ValueError("summarize needs an InferenceData/DataTree or a posterior dataset.")
-    diffs, ratios, own = [], [], []
+    diffs, ratios, own, ess = [], [], [], []
     for label, moments in reference.items():
         draws = _element_draws(posterior, label)
+        value = float(az.ess(draws, method="bulk")) if np.ptp(draws) > 0 else 1.0
+        ess.append(1.0 if math.isnan(value) else value)  # as check_convergence counts it
         error = abs(float(draws.mean()) - moments.mean)
         spread = float(draws.std(ddof=1))
         diffs.append(error / moments.sd)
@@ -1223,5 +1229,6 @@ def summarize(idata_posterior: Any, reference: Mapping[str, Moments]) -> dict[st
         "sd_ratio_max": float(np.max(ratios)),
         "rhat_max": float(check.rhat_max),
         "ess_bulk_min": float(check.ess_bulk_min),
+        "ess_bulk_median": float(np.median(ess)),
         "acceptance": float(check.acceptance),
     }

@@ -201,12 +201,36 @@ def test_summarize_measures_the_distance_to_the_reference():
     assert 0.45 < off["sd_ratio_min"] <= off["sd_ratio_max"] < 0.55
 
 
+def test_summarize_reports_the_typical_effective_draws():
+    ref = {f"beta[{i}]": Moments(0.0, 1.0) for i in range(5)}
+    iid = summarize(_fake_posterior(ref, 0.0, 1.0), ref)
+    assert iid["ess_bulk_min"] <= iid["ess_bulk_median"] and iid["ess_bulk_median"] > 6000
+    sticky = _fake_posterior(ref, 0.0, 1.0, draws=200)  # each draw held for 10 iterations
+    sticky = sticky.isel(draw=np.repeat(np.arange(200), 10))
+    held = summarize(sticky, ref)
+    assert 0.05 < held["ess_bulk_median"] / iid["ess_bulk_median"] < 0.2
+    one_stuck = _fake_posterior(ref, 0.0, 1.0)
+    one_stuck["beta"][:, :, 0] = 0.5  # one element never moved (one draw); four typical ones
+    stuck = summarize(one_stuck, ref)
+    assert stuck["ess_bulk_median"] > 6000  # the median is the typical element's
+
+
 def _benchmark():
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "zoo.py"
     spec = importlib.util.spec_from_file_location("zoo_benchmark", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_ideal_minimum_of_many_coordinates_sits_below_the_prediction():
+    ideal = _benchmark().ideal_min_ess
+    one = ideal(300.0, 4, 1600, 1)
+    assert 0.75 < one / 300.0 < 1.3  # one coordinate: its ESS is the prediction
+    many = ideal(300.0, 4, 1600, 100)
+    assert many < 0.85 * one  # the smallest of a hundred noisy estimates
+    assert many > 0.3 * one
+    assert np.isnan(ideal(float("nan"), 4, 1600, 10)) and np.isnan(ideal(0.0, 4, 1600, 10))
 
 
 def test_benchmark_writes_its_table(tmp_path, capsys):
