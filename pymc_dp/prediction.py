@@ -14,7 +14,7 @@ covariance (a guess, or the private initialisation's), by Monte Carlo over publi
 the exact Metropolis–Hastings acceptance of the t proposal against a Gaussian posterior, times
 the penalty for the released noise. With the centred ratio the Gaussian sits at the tilted
 target's mode, where the chains sample, and the noise grows with the distance from the
-releases' centre. It ignores what the random-walk half of the proposals adds and the Laplace
+releases' centre. It ignores what the random-walk share of the proposals adds and the Laplace
 approximation's own error, so it is the bound of a well-initialised chain.
 :func:`predict_ess` plans the default run first (the noise and chain length the step would
 choose) from ``(ε, δ)``, the clip and a scale guess.
@@ -28,6 +28,7 @@ import numpy as np
 
 from pymc_dp.accounting import gaussian_capacity
 from pymc_dp.errors import InvalidParameterError
+from pymc_dp.kernels.penalty import INDEPENDENCE_PROBABILITY
 from pymc_dp.releases import RemainderScale
 
 __all__ = [
@@ -140,7 +141,7 @@ def predict_penalty_ess(
     chains: int,
     draws: int,
     temperature: float = 1.0,
-    independence_probability: float = 0.5,
+    independence_probability: float = INDEPENDENCE_PROBABILITY,
     df: float = 7.0,
     iterations: int | None = None,
     remainder_clip: float | None = None,
@@ -238,7 +239,7 @@ def predict_ess(
     covariance = _covariance(sd**2, None)
     d = sd.size
     mu_available = (1.0 - init_share) * float(gaussian_capacity(epsilon, delta))
-    df, p = independence_df(d), 0.5  # the step's independence t
+    df, p = independence_df(d), INDEPENDENCE_PROBABILITY  # the step's independence t
     random_walk = 2.38 / np.sqrt(d) * sd
     far = 2.0 * df / (df - 2.0) * float(np.sum(sd**2))
     jump = float(np.sqrt((1 - p) * np.sum(random_walk**2) + p * far))

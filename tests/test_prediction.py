@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 import pymc_dp
-from pymc_dp.kernels.penalty import IndependenceProposal
+from pymc_dp.kernels.penalty import INDEPENDENCE_PROBABILITY, IndependenceProposal
 from pymc_dp.prediction import independence_acceptance, predict_penalty_ess
 
 
@@ -83,7 +83,7 @@ def test_more_noise_buys_less_acceptance_and_the_ess_formula():
     prediction = predict_penalty_ess(
         noise_multiplier=30.0, llr_clip=2.0, covariance=cov, chains=4, draws=100
     )
-    a = 0.5 * prediction.independence_acceptance
+    a = INDEPENDENCE_PROBABILITY * prediction.independence_acceptance
     assert prediction.ess == pytest.approx(400 * a / (2 - a))
 
 

@@ -78,6 +78,11 @@ class CentredSampling:
         default = self._centred_chain_length if self._uses_control_variate() else None
         return _given_length(tune, draws, default)
 
+    def _centring_independence_probability(self) -> float:
+        """The share of independence draws among the pairs that set the remainder clip
+        (:func:`~pymc_dp.step_methods.initialization.centring_pairs`): the sampler's."""
+        raise NotImplementedError
+
     def _centre(self, start: PrivateStart, sampler_mu: Callable[[float], float]) -> PrivateStart:
         """Run the centring (accounted) and return the start it gives (post-processing).
 
@@ -93,6 +98,7 @@ class CentredSampling:
             histogram_share=CENTRING_HISTOGRAM_SHARE,
             sampler_mu=sampler_mu,
             public_rng=np.random.default_rng(self.rng.integers(2**63)),
+            independence_probability=self._centring_independence_probability(),
         )
         self._centring = centring
         covariance = centring.metric @ centring.metric.T  # the curvature at the centre

@@ -458,6 +458,11 @@ class DPHMC(CentredSampling, DPStep):
         per_draw = min(1.0, _CENTRED_ESS_PER_SQUARED_DURATION * duration**2)
         return chains * draws * per_draw / max(1.0, excess) ** 2
 
+    def _centring_independence_probability(self) -> float:
+        """Half: the pairs DP HMC's remainder clip has been measured with. Its leapfrog
+        trajectories are neither a random-walk jump nor an independence draw."""
+        return 0.5
+
     def _after_initialization(
         self, start: PrivateStart, chains: int, length: int | None
     ) -> PrivateStart:

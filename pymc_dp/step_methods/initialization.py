@@ -879,18 +879,25 @@ def independence_df(d: int) -> float:
 
 
 def centring_pairs(
-    theta: np.ndarray, metric: np.ndarray, rng: np.random.Generator, m: int
+    theta: np.ndarray,
+    metric: np.ndarray,
+    rng: np.random.Generator,
+    m: int,
+    independence_probability: float,
 ) -> np.ndarray:
     """``m`` public pairs ``(θ, θ')`` like the sampler's: ``θ ~ N(θ_c, Σ̂)``, then a random-walk
     jump (``2.38/√d`` in ``Σ̂``) or an independence draw (``t_ν(θ_c, Σ̂)``,
-    ``ν`` = :func:`independence_df`), alternately."""
+    ``ν`` = :func:`independence_df`), in the sampler's proportions: the first
+    ``round(m (1 − p))`` pairs (at least one) walk, the rest are independence draws, for the
+    share ``p`` of independence proposals."""
     theta = np.asarray(theta, dtype=float)
     d = theta.size
     df = independence_df(d)
+    walks = max(1, round(m * (1.0 - independence_probability)))
     pairs = np.empty((m, 2, d))
     for k in range(m):
         u = rng.standard_normal(d)
-        if k % 2 == 0:
+        if k < walks:
             u_new = u + 2.38 / math.sqrt(d) * rng.standard_normal(d)
         else:
             u_new = rng.standard_normal(d) / math.sqrt(rng.chisquare(df) / df)
@@ -906,6 +913,7 @@ def private_centring(
     histogram_share: float,
     sampler_mu: Callable[[float], float],
     public_rng: np.random.Generator,
+    independence_probability: float,
     label: str = "initialization",
 ) -> Centring:
     """The control variate of :class:`~pymc_dp.mechanisms.CentredLLRRelease`, privately.
@@ -1266,7 +1274,7 @@ def private_centring(
         remainder_clip=1.0,
         noise_multiplier=1.0,
     )
-    pairs = centring_pairs(theta_c, metric, public_rng, _CENTRING_PAIRS)
+    pairs = centring_pairs(theta_c, metric, public_rng, _CENTRING_PAIRS, independence_probability)
     pairs = np.array([p for p in pairs if space.in_support(p[0]) and space.in_support(p[1])])
     histogram = CentredRatioHistogram(
         channel, ratio=template, pairs=pairs, edges=HISTOGRAM_EDGES, noise_multiplier=z_histogram

@@ -9,6 +9,7 @@ import numpy as np
 from pymc_dp.accounting.costs import GaussianCost
 from pymc_dp.errors import InvalidParameterError
 from pymc_dp.kernels.penalty import (
+    INDEPENDENCE_PROBABILITY,
     IndependenceProposal,
     PenaltyMechanisms,
     PenaltyParams,
@@ -44,6 +45,8 @@ _TARGET_RW = 0.234
 _TARGET_OCU = 0.44
 # Without a private initialisation, the random-walk scale defaults to this.
 _DEFAULT_PROPOSAL_SCALE = 0.1
+# random-walk tuning iterations expected below which the private scale is kept
+_MIN_SCALE_UPDATES = 20
 # The automatic noise aims at this standard deviation (nats) of the released ratio at a typical
 # jump: acceptance · σ² (the ESS bought per unit of privacy) is flat near its optimum σ ≈ 2.4.
 _TARGET_RATIO_NOISE = 2.0
@@ -110,7 +113,7 @@ class DPPenalty(CentredSampling, DPStep):
         Acceptance rate tuning aims at (0.234, or 0.44 with one-component updates).
     independence : bool
         With a private initialisation, propose from a multivariate t around its Laplace
-        approximation with probability ½ per iteration (with the Hastings term; ν = 7, or
+        approximation with probability 0.8 per iteration (with the Hastings term; ν = 7, or
         d/3 beyond 21 parameters). Default True.
     control_variate : bool
         Default True: on the automatic full-data step, release the ratio less its linear part
@@ -166,7 +169,10 @@ class DPPenalty(CentredSampling, DPStep):
     name = "dp_penalty"
     _centred_chain_length: ClassVar[int] = _CENTRED_CHAIN_LENGTH
     _nonprivate_stats: ClassVar[dict] = {"llr_clipped_fraction": (np.float64, [])}
-    _chain_state: ClassVar[tuple[str, ...]] = (*DPStep._chain_state, *("_scale", "_directions"))
+    _chain_state: ClassVar[tuple[str, ...]] = (
+        *DPStep._chain_state,
+        *("_scale", "_directions", "_adapt_scale"),
+    )
     _privacy_parameters: ClassVar[frozenset[str]] = DPStep._privacy_parameters | {
         "noise_multiplier",
         "llr_clip",
@@ -302,6 +308,9 @@ class DPPenalty(CentredSampling, DPStep):
 
     def _refine_initialization(self) -> bool:
         return not self._uses_control_variate()  # the centre's gradient locates the posterior
+
+    def _centring_independence_probability(self) -> float:
+        return INDEPENDENCE_PROBABILITY if self._independence_argument else 0.0
 
     def _after_initialization(
         self, start: PrivateStart, chains: int, length: int | None
@@ -439,6 +448,16 @@ class DPPenalty(CentredSampling, DPStep):
     def _reset_adaptation(self) -> None:
         self._scale = ScaleAdaptation(self.target_accept)
         self._directions = np.ones(self.space.ndim)
+        # With the independence proposal taking most iterations, a short tuning leaves the
+        # random walk too few acceptance flags to adapt its scale from (the recursion's first
+        # gains are large); it then keeps its scale (2.38 ŝ/√d, or the one given). An unknown
+        # tuning length adapts, as before.
+        tune = self._planned_tune
+        self._adapt_scale = (
+            self._independence is None
+            or tune is None
+            or round(tune * (1.0 - self._independence.probability), 6) >= _MIN_SCALE_UPDATES
+        )
 
     def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         state = PenaltyState(theta, self._logprior_at(theta), self._directions)
@@ -451,7 +470,7 @@ class DPPenalty(CentredSampling, DPStep):
         new_state, info = penalty_kernel(state, params, self.rng, mechanisms)
         self._directions = new_state.directions
         self._remember_logprior(new_state.theta, new_state.logprior)
-        if self.tune and not info.independent:  # released flags: tuning on them is free
+        if self.tune and self._adapt_scale and not info.independent:  # released flags: free
             self._scale.update(info.accepted)
         stats = {"accepted": info.accepted, "jump": info.jump}
         if self.nonprivate_diagnostics:

@@ -19,7 +19,7 @@ import pymc_dp
 from pymc_dp.accounting import gaussian_capacity, gaussian_epsilon
 from pymc_dp.errors import BudgetExceededError, InvalidParameterError
 from pymc_dp.noise import NoiseSource
-from pymc_dp.step_methods.initialization import private_initialization
+from pymc_dp.step_methods.initialization import centring_pairs, private_initialization
 
 N = 20_000
 
@@ -514,3 +514,30 @@ def test_the_ratio_clip_histogram_is_made_only_for_a_plain_ratio(control_variate
         assert step._centring is None
         assert reserved == pytest.approx(share, rel=1e-9)
         assert start.llr_clip > 0 and meta["dp_llr_clip"] == start.llr_clip
+
+
+@pytest.mark.parametrize(("probability", "walks"), [(0.8, 2), (0.5, 4), (0.99, 1)])
+def test_the_centring_pairs_walk_in_the_samplers_proportion(probability, walks):
+    """The remainder clip is read at pairs drawn like the sampler's proposals: a random-walk
+    jump (about 2.38 long, whitened) or an independence draw (about √(2d) from its partner)."""
+    d = 50
+    pairs = centring_pairs(np.zeros(d), np.eye(d), np.random.default_rng(0), 8, probability)
+    jumps = np.linalg.norm(pairs[:, 1] - pairs[:, 0], axis=1)
+    assert np.sum(jumps < 5.0) == walks
+    assert np.all(jumps[:walks] < 5.0) and np.all(jumps[walks:] > 7.0)
+
+
+@pytest.mark.parametrize(("tune", "adapts"), [(10, False), (99, False), (100, True)])
+def test_a_short_tuning_keeps_the_private_random_walk_scale(tune, adapts):
+    """With the independence proposal taking most iterations, ten tuning iterations leave the
+    random walk about two acceptance flags: the recursion's first gain (×10 on an accept) would
+    set its scale on chance, so the private scale is kept; from 20 expected (100 tuning
+    iterations of which a fifth walk) it adapts."""
+    model, _, _ = normal_model(5_000, seed=2)
+    with model:
+        step = pymc_dp.DPPenalty(budget=pymc_dp.PrivacyBudget(epsilon=5.0, delta=1e-6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pymc_dp.ConvergenceWarning)
+        pymc_dp.sample(step, chains=1, tune=tune, draws=200, cores=1, random_seed=1, **quiet())
+    assert step._independence is not None
+    assert (step._scale.factor != 1.0) == adapts
