@@ -12,8 +12,9 @@ report and the wall time.
   reserves its share in the budget's ledger before it reads the data, and the InferenceData
   comes back without the raw data, labelled with its privacy metadata (per phase). The DP noise
   comes from OS entropy, never from ``random_seed``.
-* Statistics: at n = 10⁵ and ε = 1 expect R̂ ≤ 1.01, a few hundred effective draws, sds within
-  a few % of the non-private posterior's, and means within about half a posterior sd of it: the
+* Statistics: at n = 10⁵ and ε = 1 expect R̂ ≤ 1.01, a thousand or more effective draws, sds
+  up to a fifth wider than the non-private posterior's (widened for the centre's noise), and
+  means within about half a posterior sd of it: the
   centre's noise shifts the target by a random amount whose scale the privacy report states
   (``centre_shift_sd``); it shrinks as 1/√n.
 
