@@ -23,6 +23,7 @@ __all__ = [
     "Centre",
     "Release",
     "RemainderScale",
+    "bias_balanced_clip",
     "clip_from_counts",
     "clip_ratio",
     "clipped_ratio_sum",
@@ -30,6 +31,7 @@ __all__ = [
     "marginal_metric",
     "mean_square_from_counts",
     "quantile_from_counts",
+    "tail_counts",
 ]
 
 
@@ -255,6 +257,113 @@ def clip_from_counts(
     if not fits.size:
         return float("inf")
     return margin * float(edges[min(fits[0] + int(steps_up), edges.size - 1)])
+
+
+#: A bin of the tail next to the visible counts counts when its noisy count is above this many
+#: noise sd (:func:`bias_balanced_clip`: only bins contiguous with the body are read, so a far
+#: bin of pure noise cannot extend the tail).
+_TAIL_THRESHOLD = 2.0
+#: The steepest geometric decay per grid step a tail is extrapolated with (``2^(−α/4)`` for a
+#: Pareto tail of index ``α`` on a grid of ratio ``2^(1/4)``; 0.8 is ``α ≈ 1.3``).
+_TAIL_MAX_DECAY = 0.8
+#: Grid steps the tail's decay is measured over (a factor 2.8: over fewer, the noise of the
+#: last seen bins sets it; a Student-t's norms, 20–30 rows per bin there at n = 10⁵, read as
+#: not decaying at all over two).
+_TAIL_FIT_STEPS = 6
+#: How many grid points :func:`bias_balanced_clip` may move a clip up (16: a factor 16).
+_BALANCE_STEPS = 16
+
+
+def tail_counts(counts: np.ndarray, noise_std: float, clip_index: int) -> np.ndarray:
+    """The rows per bin of a noisy norm histogram's tail, extrapolated past what noise hides.
+
+    Post-processing. From bin ``clip_index`` (the one just below the clip), if its noisy count
+    is above ``2σ``, the bins above that too are followed upward while they are contiguous
+    (the tail's *seen* part, ending at bin ``j``); otherwise ``j`` is the last such bin below
+    the clip. Past ``j`` the counts go on geometrically, ``c_j r^m``, while the rows expected
+    at or beyond ``j + m``, ``c_j r^m / (1 − r)``, are at least one (the largest row of the
+    model), but no bin gets more than its own noisy count less ``σ``: the model damps what
+    noise puts in far bins, and the noisy counts keep it from inventing rows where the release
+    saw few (without the ``− σ``, bins of pure noise far out, about ``0.4σ`` rows each on
+    average, moved a clip at ε = 1 up to 6.7 times the far-tail rule's). ``r`` is the decay
+    per grid step of the seen bins among the last seven (a least-squares line through their
+    log counts: over fewer, the noise of the last bins sets it), or over the step from
+    ``j − 1`` to ``j`` where both bins stand clear of the noise (``> 5σ``) if that is steeper
+    (a light tail's rows end faster than its body falls), at most ``0.8``. Bins up to ``j``
+    keep their noisy count (at least 0).
+    """
+    counts = np.asarray(counts, dtype=float)
+    seen = counts > _TAIL_THRESHOLD * noise_std
+    j = int(clip_index)
+    if seen[j]:
+        while j + 1 < counts.size and seen[j + 1]:
+            j += 1
+    else:  # a clip above the seen bins (a margin for hidden rows): the last seen below it
+        while j > 0 and not seen[j]:
+            j -= 1
+    modelled = np.maximum(counts, 0.0)
+    modelled[j + 1 :] = 0.0
+    if not seen[j]:
+        return modelled
+    window = np.arange(max(j - _TAIL_FIT_STEPS, 0), j + 1)
+    window = window[seen[window]]
+    if window.size > 1:  # the least-squares slope of the seen bins' log counts
+        decay = math.exp(float(np.polyfit(window, np.log(counts[window]), 1)[0]))
+    else:
+        decay = _TAIL_MAX_DECAY
+    clear = _VISIBLE_THRESHOLD * noise_std
+    if j > 0 and counts[j] > clear and counts[j - 1] > clear:
+        decay = min(decay, counts[j] / counts[j - 1])
+    decay = min(decay, _TAIL_MAX_DECAY)
+    m = 1
+    while j + m < counts.size and counts[j] * decay**m / (1.0 - decay) >= 1.0:
+        modelled[j + m] = min(counts[j] * decay**m, max(counts[j + m] - noise_std, 0.0))
+        m += 1
+    return modelled
+
+
+def bias_balanced_clip(
+    counts: np.ndarray,
+    edges: np.ndarray,
+    noise_std: float,
+    clip: float,
+    noise_per_clip: float,
+    dimensions: int,
+) -> float:
+    """A gradient sum's clip moved up the grid to where its bias and its noise balance.
+
+    Post-processing of a :class:`~pymc_dp.mechanisms.GradNormHistogram`'s release whose rule
+    (:func:`clip_from_counts`) gave ``clip``, for a sum released with noise
+    ``noise_per_clip · C`` per coordinate at clip ``C``. The rows above ``C`` leave out their
+    excess, a bias whose norm ``E(C) = Σ_{b above C} c_b (m_b − C)`` bounds if the model is
+    right (``c_b`` the tail's rows per bin, :func:`tail_counts`; ``m_b`` the bin's geometric
+    middle), against noise of norm ``√dimensions · noise_per_clip · C``. Returns the grid
+    edge from ``clip`` up (at most 16 grid points, a factor 16) with the least
+    ``E(C)² + dimensions · (noise_per_clip · C)²``.
+    ``clip`` itself when it is not a grid edge.
+
+    A heavy tail the far-tail rule cannot see past its noise (a Student-t's scale and degrees
+    of freedom, overdispersed counts) biased ``Ĝ`` by 1–3 posterior sd at n = 10⁵, ε = 5; on
+    simulated norms (n = 10⁵, 30 seeds, noise 8 and 30 counts) this clip's bias-and-noise
+    error was a median 0.4–0.5 of the far-tail rule's for Student-t tails (ν = 2, 3; never
+    above it) and a median 1.3–1.4 times the best clip of the grid; on light tails, where the
+    rows end near the clip, it stays or moves a step or two up (at most 1.2 times the rule's
+    error for Gaussian rows, 1.4 for exponential ones).
+    """
+    edges = np.asarray(edges, dtype=float)
+    index = int(np.searchsorted(edges, clip))
+    if not (index < edges.size and math.isclose(edges[index], clip, rel_tol=1e-9)):
+        return float(clip)
+    modelled = tail_counts(counts, noise_std, index)
+    middles = _bin_middles(edges)
+    best, least = float(clip), math.inf
+    for k in range(index, min(index + _BALANCE_STEPS + 1, edges.size)):
+        bound = edges[k]
+        excess = float(np.sum(modelled[k + 1 :] * (middles[k + 1 :] - bound)))
+        cost = excess**2 + dimensions * (noise_per_clip * bound) ** 2
+        if cost < least:
+            best, least = float(bound), cost
+    return best
 
 
 def mean_square_from_counts(counts: np.ndarray, edges: np.ndarray, noise_std: float) -> float:

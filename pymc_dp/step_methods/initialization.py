@@ -121,6 +121,7 @@ from pymc_dp.releases import (
     Release,
     _bin_middles,
     _visible,
+    bias_balanced_clip,
     clip_from_counts,
     mean_square_from_counts,
     quantile_from_counts,
@@ -1003,8 +1004,13 @@ def private_centring(
     6. ``Ĝ``: one :class:`~pymc_dp.mechanisms.CentreGradientRelease` at ``θ_c`` with what is
        left of the budget once the sampler's need ``sampler_mu(h)`` (PLD ``μ`` of the planned
        run at its target noise, a function of the released ``h``) is set aside, and at least
-       half of it. The noise of ``Ĝ`` tilts the sampler's target by ``exp(ξ·θ)``
-       (:meth:`Centring.shift_sd`), so whatever the sampler does not need goes here.
+       half of it. Its clip is the one above (carried to ``P``), moved up the grid to where
+       the excess of the rows a model of the histogram's tail puts above it balances the
+       noise of ``Ĝ`` at half of what is left (:func:`_balanced_clip`,
+       :func:`~pymc_dp.releases.bias_balanced_clip`: post-processing), before the ratio
+       histogram (the fourth release of 1) is read: its remainders use it. The noise of
+       ``Ĝ`` tilts the sampler's target by ``exp(ξ·θ)`` (:meth:`Centring.shift_sd`), so
+       whatever the sampler does not need goes here.
     """
     space = channel.space
     n = channel.n_rows
@@ -1031,9 +1037,11 @@ def private_centring(
     channel.counter.allow(histogram_event, _CENTRING_HISTOGRAMS)
     # the clip in the initialisation's whitened coordinates: a histogram of ‖P₀ ∇ℓ_i(θ*)‖
     whitening = _centring_whitening(start.covariance, gathered)
-    clip = _norm_clip(channel, start.theta, whitening, z_histogram)
+    # (``tail``: the histogram the current clip of Ĝ came from, for its balance at the end)
+    tail: _NormClip | None = _norm_clip(channel, start.theta, whitening, z_histogram)
+    clip = tail.clip
     if not np.isfinite(clip):  # nothing visible: four times the typical norm if Σ̂₀ is right
-        clip = 4.0 * _typical_norm(np.linalg.inv(start.covariance), whitening, n)
+        clip, tail = 4.0 * _typical_norm(np.linalg.inv(start.covariance), whitening, n), None
     theta_c = np.array(start.theta, dtype=float)
     step_mus, rounds, next_mu, sharpened = [], 0, None, 0
     checked = 0  # the observed curvature's releases (step 5)
@@ -1055,7 +1063,7 @@ def private_centring(
     while True:
         rounds += 1
         # the last round's result, kept should this round's curvature come out unusable
-        kept = (theta_c, covariance, whitening, clip, fisher)
+        kept = (theta_c, covariance, whitening, clip, fisher, tail)
         # the curvature at the current centre: the clipped Fisher information, whitened as
         # the last round chose (with Σ̂₀ in the first round)
         fisher = FisherRelease(
@@ -1075,7 +1083,7 @@ def private_centring(
             if rounds > 1:
                 # (old_whitening, which the kept release was read in, is reassigned only
                 # below, so it stays paired with that release for the sharper reads)
-                theta_c, covariance, whitening, clip, fisher = kept
+                theta_c, covariance, whitening, clip, fisher, tail = kept
                 break
             covariance = start.covariance
         information = np.linalg.inv(covariance)
@@ -1124,9 +1132,9 @@ def private_centring(
         # far heavier than where the round began (a mixture's responsibilities), and a clip
         # below it biases what is released there by the clipped rows' excess (14 sd of Ĝ on
         # the zoo's mixture)
-        centre_clip = _norm_clip(channel, theta_c, whitening, z_histogram)
-        if np.isfinite(centre_clip):
-            clip = centre_clip
+        centre_norms = _norm_clip(channel, theta_c, whitening, z_histogram)
+        if np.isfinite(centre_norms.clip):
+            clip, tail = centre_norms.clip, centre_norms
         # a long way from where the curvature was read (the length of the move in Σ̂, beyond
         # what the steps' noise alone would give): read it again there (a Fisher far from the
         # mode can be far from the information, e.g. a mixture's), and the norms. Another round
@@ -1226,9 +1234,9 @@ def private_centring(
         read_whitening, read_clip = sharp_whitening, sharp_clip
     whitening, clip = sharp_whitening, sharp_clip
     if sharpened:  # Ĝ's clip from the rows' norms in the new whitening (reserved above)
-        sharp_norms_clip = _norm_clip(channel, theta_c, whitening, z_histogram)
-        if np.isfinite(sharp_norms_clip):
-            clip = sharp_norms_clip
+        sharp_norms = _norm_clip(channel, theta_c, whitening, z_histogram)
+        if np.isfinite(sharp_norms.clip):
+            clip, tail = sharp_norms.clip, sharp_norms
     # the log likelihood's own curvature at the centre: the Fisher releases above measure the
     # rows' gradient variance, which is the curvature only where the likelihood describes the
     # rows' variance (overdispersed counts under a Poisson likelihood: 3–7 times it)
@@ -1263,6 +1271,13 @@ def private_centring(
             clip = _rescaled_clip(clip, np.linalg.inv(covariance), observed_whitening, whitening, n)
             fisher, fisher_whitening = curvature, whitening
             covariance, whitening = observed_covariance, observed_whitening
+    # Ĝ's clip where the bias of the rows above it balances its noise (the far-tail rule
+    # leaves a heavy tail's rows out: on the zoo's robust regression at n = 10⁵, ε = 5, 1.0 sd
+    # of bias in ν and σ), planned at the least Ĝ gets, half of what is left (the sampler's
+    # share depends on h, which depends on this clip)
+    planned_z = math.sqrt(1.0 / (2.0 * 0.5 * remaining_mu()))
+    read_directions = int(np.sum(channel.likelihood_coordinates)) - np.shape(flat)[1]
+    clip = _balanced_clip(tail, clip, planned_z, max(read_directions, 1))
     metric = np.linalg.cholesky(covariance)
     histograms = _centring_histograms(rounds, sharpened) + 2 * checked
     centre = Centre(theta_c, float(clip), whitening)
@@ -1383,18 +1398,43 @@ def _observed_curvature(
     return (observed if _usable(observed) else None), curvature
 
 
+class _NormClip(NamedTuple):
+    """:func:`_norm_clip`'s clip and the released histogram it came from (public)."""
+
+    clip: float
+    counts: np.ndarray
+    noise_std: float
+
+
 def _norm_clip(
     channel: PrivateChannel, theta: np.ndarray, whitening: np.ndarray, noise_multiplier: float
-) -> float:
+) -> _NormClip:
     """The clip rule (:func:`~pymc_dp.releases.clip_from_counts`, with the hidden rows' margin)
     on one :class:`~pymc_dp.mechanisms.GradNormHistogram` of ``‖P ∇ℓ_i(θ)‖``; reserved by the
-    caller. ``nan`` when no bin is visible."""
+    caller. The clip is ``nan`` when no bin is visible."""
     norms = GradNormHistogram(
         channel, edges=HISTOGRAM_EDGES, noise_multiplier=noise_multiplier, whitening=whitening
     )(theta)
     n = channel.n_rows
     steps_up = _hidden_margin(norms.noise_std, n)
-    return clip_from_counts(norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up)
+    clip = clip_from_counts(norms.value, HISTOGRAM_EDGES, norms.noise_std, n, steps_up=steps_up)
+    return _NormClip(clip, np.asarray(norms.value, dtype=float), float(norms.noise_std))
+
+
+def _balanced_clip(
+    tail: _NormClip | None, clip: float, noise_multiplier: float, dimensions: int
+) -> float:
+    """``Ĝ``'s clip moved up to where its bias balances its noise
+    (:func:`~pymc_dp.releases.bias_balanced_clip` on the norm histogram ``tail`` it came
+    from; post-processing). ``clip`` is ``tail.clip`` carried to ``Ĝ``'s whitening
+    (:func:`_rescaled_clip`), so both scale by ``clip / tail.clip``; ``clip`` as it is when no
+    histogram gave it."""
+    if tail is None or not math.isfinite(tail.clip) or tail.clip <= 0:
+        return clip
+    balanced = bias_balanced_clip(
+        tail.counts, HISTOGRAM_EDGES, tail.noise_std, tail.clip, 2.0 * noise_multiplier, dimensions
+    )
+    return clip * balanced / tail.clip
 
 
 def _centre_steps(
