@@ -1275,7 +1275,8 @@ def private_centring(
     # leaves a heavy tail's rows out: on the zoo's robust regression at n = 10⁵, ε = 5, 1.0 sd
     # of bias in ν and σ), planned at the least Ĝ gets, half of what is left (the sampler's
     # share depends on h, which depends on this clip)
-    planned_z = math.sqrt(1.0 / (2.0 * 0.5 * remaining_mu()))
+    planned_mu = 0.5 * remaining_mu()
+    planned_z = math.sqrt(1.0 / (2.0 * planned_mu))
     read_directions = int(np.sum(channel.likelihood_coordinates)) - np.shape(flat)[1]
     clip = _balanced_clip(tail, clip, planned_z, max(read_directions, 1))
     metric = np.linalg.cholesky(covariance)
@@ -1428,8 +1429,8 @@ def _balanced_clip(
     (:func:`~pymc_dp.releases.bias_balanced_clip` on the norm histogram ``tail`` it came
     from; post-processing). ``clip`` is ``tail.clip`` carried to ``Ĝ``'s whitening
     (:func:`_rescaled_clip`), so both scale by ``clip / tail.clip``; ``clip`` as it is when no
-    histogram gave it."""
-    if tail is None or not math.isfinite(tail.clip) or tail.clip <= 0:
+    histogram gave it (a ``tail`` is kept only with a finite clip)."""
+    if tail is None:
         return clip
     balanced = bias_balanced_clip(
         tail.counts, HISTOGRAM_EDGES, tail.noise_std, tail.clip, 2.0 * noise_multiplier, dimensions
