@@ -17,7 +17,10 @@ from pymc_dp.errors import BudgetExceededError, InvalidParameterError, PrivacyLe
 from pymc_dp.testing import Banana
 
 SPEC = Banana(d=2, a=0.0)
-ALLOWED_STATS = {"accepted", "jump", "mu_spent", "epsilon_spent", "diverging", "step_size"}
+ALLOWED_STATS = {
+    *("accepted", "jump", "mu_spent", "epsilon_spent", "diverging", "step_size"),
+    "proposal_correlation",
+}
 
 
 @cache

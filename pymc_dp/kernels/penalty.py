@@ -8,11 +8,17 @@ From ``θ``:
    *independence* proposal ``q`` (a public multivariate t around a public centre, e.g. the
    private initialisation's Laplace approximation), each iteration proposes ``θ' ~ q`` with
    probability ``p`` and a random-walk move otherwise (a mixture of two kernels, each
-   reversible with its own test: the choice does not depend on the state);
+   reversible with its own test: the choice does not depend on the state). With a
+   *correlation* ``ρ > 0`` that proposal is the preconditioned Crank–Nicolson move
+   ``θ' = m + ρ(θ − m) + √(1 − ρ²) L ξ``, ``ξ ~ N(0, I)``: reversible with respect to the
+   Gaussian ``φ = N(m, L Lᵀ)``, so its Hastings term is ``log φ(θ) − log φ(θ')``, as for an
+   independence draw from ``φ`` (Cotter et al. 2013). Shorter moves than an independence
+   draw, so a smaller ratio bound and less noise, and a test less sensitive to where the
+   Laplace approximation misses the posterior (many parameters);
 2. ``λ = T · R(θ, θ') + log p(θ') − log p(θ)`` (all three local proposals are symmetric in the
    quantities that matter: the random walk and OCU exactly, GWMH on the extended space with the
    direction flipped, as in Gustafson 1998), plus ``log q(θ) − log q(θ')`` for an
-   independence proposal (Hastings);
+   independence proposal (Hastings; ``q = φ`` for the correlated one);
 3. the mechanism releases ``T · R + ξ`` with ``ξ ~ N(0, σ²)``, ``σ = z · 2 T b_l ‖θ' − θ‖₂``;
 4. accept iff ``log U < λ + ξ − σ²/2``; GWMH keeps ``d_j`` after an accept and flips it after a
    reject.
@@ -26,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -67,12 +73,18 @@ proposals")."""
 
 @dataclass(frozen=True, eq=False)
 class IndependenceProposal:
-    """Multivariate t proposal ``θ' = m + L t``, ``t ~ t_ν(0, I)``, drawn with probability ``p``."""
+    """Multivariate t proposal ``θ' = m + L t``, ``t ~ t_ν(0, I)``, drawn with probability ``p``.
+
+    With ``correlation`` ``ρ ∈ (0, 1)``: the Crank–Nicolson move
+    ``θ' = m + ρ(θ − m) + √(1 − ρ²) L ξ``, ``ξ ~ N(0, I)``, whose Hastings term is that of an
+    independence draw from the Gaussian ``φ = N(m, L Lᵀ)`` it leaves invariant.
+    """
 
     centre: np.ndarray  # m
     root: np.ndarray  # L, lower triangular (the scale matrix is L Lᵀ)
     df: float = 7.0  # ν
     probability: float = INDEPENDENCE_PROBABILITY  # p
+    correlation: float = 0.0  # ρ; 0: independent t draws
     # L⁻¹, once: every independence proposal evaluates log q twice
     _inverse_root: np.ndarray = field(init=False, repr=False)
 
@@ -80,19 +92,33 @@ class IndependenceProposal:
         root = np.asarray(self.root, dtype=float)
         object.__setattr__(self, "_inverse_root", np.linalg.solve(root, np.eye(root.shape[0])))
 
-    def sample(self, rng: np.random.Generator) -> np.ndarray:
+    def with_correlation(self, correlation: float) -> IndependenceProposal:
+        """The same proposal with correlation ``ρ``."""
+        return replace(self, correlation=float(correlation))
+
+    def sample(self, rng: np.random.Generator, theta: np.ndarray | None = None) -> np.ndarray:
+        """``θ'`` from ``θ`` (only the correlated proposal reads ``θ``; ``ρ ∈ [0, 1)`` is the
+        step's to check: ``DPPenalty(proposal_correlation=...)``)."""
         d = self.centre.size
-        chi = rng.chisquare(self.df)
-        return self.centre + self.root @ rng.standard_normal(d) * np.sqrt(self.df / chi)
+        rho = self.correlation
+        if rho == 0.0:
+            chi = rng.chisquare(self.df)
+            return self.centre + self.root @ rng.standard_normal(d) * np.sqrt(self.df / chi)
+        offset = rho * (np.asarray(theta, dtype=float) - self.centre)
+        return (
+            self.centre + offset + math.sqrt(1.0 - rho * rho) * (self.root @ rng.standard_normal(d))
+        )
 
     def logpdf(self, theta: np.ndarray) -> float:
         """``log q(θ) = −(ν + d)/2 · log(1 + ‖L⁻¹(θ − m)‖²/ν)`` up to a constant (the constant
-        cancels in the Hastings ratio)."""
+        cancels in the Hastings ratio); with ``ρ > 0``, ``log φ(θ) = −‖L⁻¹(θ − m)‖²/2``."""
         z = self._inverse_root @ (np.asarray(theta, dtype=float) - self.centre)
+        if self.correlation > 0.0:
+            return -0.5 * float(z @ z)
         return -0.5 * (self.df + self.centre.size) * math.log1p(float(z @ z) / self.df)
 
     def log_ratio(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
-        """``log q(θ) − log q(θ')``, the Hastings term of an independence proposal."""
+        """``log q(θ) − log q(θ')``, the Hastings term (``q = φ`` with ``ρ > 0``)."""
         return self.logpdf(theta) - self.logpdf(theta_new)
 
 
@@ -146,7 +172,7 @@ def penalty_kernel(
     independence = params.independence
     independent = independence is not None and rng.uniform() < independence.probability
     if independent:
-        theta_new, j = independence.sample(rng), None
+        theta_new, j = independence.sample(rng, state.theta), None
     else:
         theta_new, j = propose(state, params, rng)
     offset = theta_new - state.theta

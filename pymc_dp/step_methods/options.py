@@ -15,6 +15,7 @@ from pymc_dp.errors import InvalidParameterError
 
 __all__ = [
     "check_batch_size",
+    "check_correlation",
     "check_flag",
     "check_fraction",
     "check_noise_rng",
@@ -57,6 +58,19 @@ def check_fraction(value: Any, name: str) -> float:
     number = _number(value, name, "a number in (0, 1)")
     if not 0 < number < 1:
         raise InvalidParameterError(f"{name} must be in (0, 1), got {value!r}.")
+    return number
+
+
+def check_correlation(value: Any) -> float | str:
+    """``proposal_correlation``: ``"auto"`` or a number in ``[0, 1)``."""
+    if isinstance(value, str) and value == "auto":
+        return value
+    number = _number(value, "proposal_correlation", '"auto" or a number in [0, 1)')
+    if not 0 <= number < 1:
+        raise InvalidParameterError(
+            f'proposal_correlation must be "auto" or in [0, 1), got {value!r}: 0 draws '
+            "independently from the Laplace approximation, values near 1 move little."
+        )
     return number
 
 

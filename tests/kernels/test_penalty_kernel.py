@@ -178,34 +178,65 @@ class _NoHastings(IndependenceProposal):
         return 0.0
 
 
-def _independence(sd: np.ndarray, cls=IndependenceProposal) -> IndependenceProposal:
+def _independence(sd: np.ndarray, cls=IndependenceProposal, correlation: float = 0.0):
+    """Centred one sd off the mode, wider than the posterior: the Hastings term matters. With
+    ``correlation`` the Crank–Nicolson move around it, keeping that share of the distance."""
     _, mean, _ = gaussian_setup()
-    # centred one sd off the mode, wider than the posterior: the Hastings term matters
-    return cls(mean + sd, np.diag(1.5 * sd), df=7.0, probability=0.7)
+    proposal = cls(mean + sd, np.diag(1.5 * sd), df=7.0, probability=0.7)
+    return proposal.with_correlation(correlation)
 
 
 @pytest.mark.slow
-def test_independence_mixture_targets_the_exact_posterior():
+@pytest.mark.parametrize("correlation", [0.0, 0.6], ids=["t", "crank_nicolson"])
+def test_independence_mixture_targets_the_exact_posterior(correlation):
     _, mean, sd = gaussian_setup()
-    params = PenaltyParams(sd, independence=_independence(sd))
+    params = PenaltyParams(sd, independence=_independence(sd, correlation=correlation))
     draws, acceptance, clipped, sigma = run_chain(params, 30_000)
     assert clipped == 0
     assert sigma > 0.5
     assert 0.1 < acceptance < 0.9
-    ok, pvalues = matches_posterior(draws, thin=10)
+    ok, pvalues = matches_posterior(draws, thin=20)
     assert ok, pvalues
     np.testing.assert_allclose(draws.mean(0), mean, atol=0.1 * sd.max())
+    np.testing.assert_allclose(draws.var(0) / sd**2, 1.0, atol=0.15)
 
 
 @pytest.mark.slow
-def test_negative_control_independence_without_hastings_is_wrong():
+@pytest.mark.parametrize("correlation", [0.0, 0.6], ids=["t", "crank_nicolson"])
+def test_negative_control_independence_without_hastings_is_wrong(correlation):
+    """Without its Hastings term the mixture is pulled toward the proposal's centre; the
+    Crank–Nicolson move then leaves ``π·φ`` invariant instead of ``π``, narrower too."""
     _, mean, sd = gaussian_setup()
-    params = PenaltyParams(sd, independence=_independence(sd, _NoHastings))
-    draws, _, clipped, _ = run_chain(params, 30_000)
+    proposal = _independence(sd, _NoHastings, correlation)
+    draws, _, clipped, _ = run_chain(PenaltyParams(sd, independence=proposal), 30_000)
     assert clipped == 0
-    ok, pvalues = matches_posterior(draws, thin=10)
+    ok, pvalues = matches_posterior(draws, thin=20)
     assert not ok, pvalues
-    assert np.max(np.abs(draws.mean(0) - mean) / sd) > 0.2  # pulled toward the proposal
+    assert np.max(np.abs(draws.mean(0) - mean) / sd) > 0.2
+    if correlation > 0:
+        assert np.max(draws.var(0) / sd**2) < 0.85
+
+
+def test_correlated_proposal_moves_and_hastings_term():
+    """``θ' = m + ρ(θ − m) + √(1 − ρ²) L ξ``: mean ``m + ρ(θ − m)``, covariance
+    ``(1 − ρ²) L Lᵀ``; the Hastings term is the Gaussian ``N(m, L Lᵀ)``'s log-density ratio."""
+    rng = np.random.default_rng(4)
+    root = np.array([[2.0, 0.0], [0.5, 1.0]])
+    centre = np.array([1.0, -1.0])
+    q = IndependenceProposal(centre, root, df=5.0, probability=1.0, correlation=0.7)
+    theta = np.array([3.0, 2.0])
+    draws = np.array([q.sample(rng, theta) for _ in range(20_000)])
+    np.testing.assert_allclose(draws.mean(0), centre + 0.7 * (theta - centre), atol=0.05)
+    np.testing.assert_allclose(np.cov(draws.T), 0.51 * root @ root.T, rtol=0.05, atol=0.02)
+    reference = stats.multivariate_normal(centre, root @ root.T)
+    pairs = list(itertools.pairwise(draws[:6]))
+    np.testing.assert_allclose(
+        [q.log_ratio(x, y) for x, y in pairs],
+        [reference.logpdf(x) - reference.logpdf(y) for x, y in pairs],
+        rtol=1e-12,
+        atol=1e-12,
+    )
+    assert q.with_correlation(0.0).log_ratio(*pairs[0]) != pytest.approx(q.log_ratio(*pairs[0]))
 
 
 def test_independence_proposal_density_is_the_t_density():

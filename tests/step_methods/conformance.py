@@ -35,6 +35,7 @@ PRIVATE_STATS = {
     "diverging",
     "step_size",
     "thermostat",  # DP-SGNHT's ξ: computed from released gradients only
+    "proposal_correlation",  # DPPenalty's ρ: chosen from acceptance flags only
 }
 
 

@@ -19,6 +19,7 @@ import pymc_dp
 from pymc_dp.accounting import gaussian_capacity, gaussian_epsilon
 from pymc_dp.errors import BudgetExceededError, InvalidParameterError
 from pymc_dp.noise import NoiseSource
+from pymc_dp.step_methods.adaptation import CorrelationChoice
 from pymc_dp.step_methods.initialization import centring_pairs, private_initialization
 
 N = 20_000
@@ -541,6 +542,130 @@ def test_a_short_tuning_keeps_the_private_random_walk_scale(tune, adapts):
         pymc_dp.sample(step, chains=1, tune=tune, draws=200, cores=1, random_seed=1, **quiet())
     assert step._independence is not None
     assert (step._scale.factor != 1.0) == adapts
+
+
+@pytest.mark.parametrize(
+    ("acceptance", "chosen"),
+    [
+        ((0.1, 0.3, 0.5, 0.7, 0.8, 0.95), 0.5),  # a(1 − ρ): .1 .21 .25 .21 .16 .095
+        ((0.8, 0.85, 0.9, 0.95, 1.0, 1.0), 0.0),  # few parameters: the independent t
+        ((0.02, 0.04, 0.1, 0.3, 0.4, 0.5), 0.7),  # many: the t is rarely accepted
+    ],
+)
+def test_the_correlation_kept_has_the_most_accepted_distance(acceptance, chosen):
+    choice = CorrelationChoice()
+    for index, a in enumerate(acceptance):
+        for k in range(100):
+            choice.update(index, k < round(100 * a))
+    assert choice.choose() == chosen
+
+
+def test_the_correlation_choice_draws_the_grid_evenly_and_defaults_to_the_t():
+    choice = CorrelationChoice()
+    assert choice.choose() == 0.0  # nothing tried
+    drawn = np.bincount([choice.draw(np.random.default_rng(k)) for k in range(3000)])
+    assert drawn.size == len(CorrelationChoice.grid)
+    assert np.all(np.abs(drawn / 3000 - 1 / drawn.size) < 0.03)
+    choice.update(3, False)
+    assert choice.choose() == 0.7  # the only one tried, though never accepted
+
+
+def _correlation_run(argument, tune, seed=3):
+    model, _, _ = normal_model(5_000, seed=seed)
+    with model:
+        step = pymc_dp.DPPenalty(
+            budget=pymc_dp.PrivacyBudget(epsilon=5.0, delta=1e-6),
+            proposal_correlation=argument,
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pymc_dp.ConvergenceWarning)
+        idata = pymc_dp.sample(
+            step,
+            chains=2,
+            tune=tune,
+            draws=300,
+            cores=1,
+            random_seed=1,
+            discard_tuned_samples=False,
+            **quiet(),
+        )
+    warmup = idata.warmup_sample_stats if tune else None
+    return warmup, idata.sample_stats
+
+
+def _proposed(stats) -> tuple[np.ndarray, np.ndarray]:
+    """Per chain: the ρ of each independence proposal (NaN on random-walk iterations)."""
+    rho = stats.proposal_correlation.values
+    return rho, ~np.isnan(rho)
+
+
+@pytest.mark.parametrize(
+    ("argument", "tune", "expected"),
+    [("auto", 100, 0.0), ("auto", 0, 0.0), (0.5, 400, 0.5), (0.95, 0, 0.95)],
+)
+def test_a_given_or_untunable_correlation_is_used_throughout(argument, tune, expected):
+    """A given ``ρ`` is used while tuning and after; ``"auto"`` with a tuning too short to
+    count 20 trials per value (or none) keeps the t. Random-walk iterations record NaN."""
+    warmup, kept = _correlation_run(argument, tune)
+    for stats in (kept,) if warmup is None else (warmup, kept):
+        rho, independent = _proposed(stats)
+        assert 0.6 < independent.mean() < 0.95  # four proposals in five
+        assert np.all(rho[independent] == expected)
+
+
+def test_auto_tries_the_grid_while_tuning_and_each_chain_keeps_its_choice(monkeypatch):
+    """While tuning, the independence proposals draw ``ρ`` from the whole grid; afterwards
+    each chain uses the one :meth:`CorrelationChoice.choose` returned from that chain's own
+    tuning flags, recomputable from the published stats."""
+    chosen = []
+    choose = CorrelationChoice.choose
+
+    def recording(self):
+        # the chain's counts, as the published stats give them
+        chosen.append((self.tried.copy(), self.accepted.copy(), choose(self)))
+        return 0.8  # a ρ > 0: the correlated path after tuning
+
+    monkeypatch.setattr(CorrelationChoice, "choose", recording)
+    warmup, kept = _correlation_run("auto", 400)
+    assert len(chosen) == 2  # once per chain, at the end of its tuning
+    rho_w, independent_w = _proposed(warmup)
+    accepted_w = warmup.accepted.values
+    grid = np.asarray(CorrelationChoice.grid)
+    for chain, (tried, accepted, _) in enumerate(chosen):
+        values = rho_w[chain][independent_w[chain]]
+        flags = accepted_w[chain][independent_w[chain]]
+        np.testing.assert_array_equal(tried, [np.sum(values == r) for r in grid])
+        np.testing.assert_array_equal(accepted, [np.sum(flags[values == r]) for r in grid])
+        assert np.all(tried >= 30)
+    rho, independent = _proposed(kept)
+    assert np.all(rho[independent] == 0.8)
+
+
+def test_without_the_independence_proposal_there_is_no_correlation_stat():
+    """``independence=False``: no ``proposal_correlation`` column, also when PyMC samples an
+    unprepared step itself (its stats are read before the step prepares), and a given
+    correlation is refused."""
+    model, _, _ = normal_model(5_000, seed=3)
+    budget = pymc_dp.PrivacyBudget(epsilon=5.0, delta=1e-6)
+    with model:
+        step = pymc_dp.DPPenalty(budget=budget, independence=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pymc_dp.ConvergenceWarning)
+            idata = pm.sample(
+                step=step, chains=1, tune=100, draws=100, cores=1, random_seed=1, **quiet()
+            )
+    assert "proposal_correlation" not in idata.sample_stats
+    pymc_dp.attach_privacy_metadata(idata, step)  # the stats are the step's own
+    with model, pytest.raises(InvalidParameterError, match="independence=False"):
+        pymc_dp.DPPenalty(budget=budget, independence=False, proposal_correlation=0.5)
+
+
+def test_a_correlation_outside_its_range_is_refused():
+    model, _, _ = normal_model(500, seed=3)
+    budget = pymc_dp.PrivacyBudget(epsilon=5.0, delta=1e-6)
+    for bad in (1.0, -0.1, "high", True):
+        with model, pytest.raises(InvalidParameterError, match="proposal_correlation must be"):
+            pymc_dp.DPPenalty(budget=budget, proposal_correlation=bad)
 
 
 def robust_model(n: int, seed: int = 0):
