@@ -396,8 +396,10 @@ class DPPenalty(CentredSampling, DPStep):
             self._independence = IndependenceProposal(
                 start.theta, root, df=independence_df(self.space.ndim)
             )
+            given = () if self._correlation_argument == "auto" else (self._correlation_argument,)
             self._independence_by_correlation = {
-                rho: self._independence.with_correlation(rho) for rho in CorrelationChoice.grid
+                rho: self._independence.with_correlation(rho)
+                for rho in (*CorrelationChoice.grid, *given)
             }
 
     def _target_noise_multiplier(self) -> float:
@@ -523,10 +525,7 @@ class DPPenalty(CentredSampling, DPStep):
                 index = choice.draw(self.rng)
                 return self._independence_by_correlation[choice.grid[index]], index
             self._correlation = choice.choose()  # tuning is over: keep the best
-        rho = self._correlation
-        if rho not in self._independence_by_correlation:  # a given ρ off the grid
-            self._independence_by_correlation[rho] = self._independence.with_correlation(rho)
-        return self._independence_by_correlation[rho], None
+        return self._independence_by_correlation[self._correlation], None
 
     def _iterate(self, theta: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         state = PenaltyState(theta, self._logprior_at(theta), self._directions)
