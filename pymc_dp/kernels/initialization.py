@@ -49,6 +49,7 @@ __all__ = [
     "prior_exact_step",
     "prior_hessian",
     "prior_information",
+    "relative_noise",
     "secant_update",
     "unresolved_directions",
 ]
@@ -521,6 +522,38 @@ def loose_directions(
     low = along + np.maximum(values - radius, 0.0)
     high = along + values + radius
     return int(np.sum((values < radius) & (high > factor * low) & ~structural))
+
+
+def relative_noise(
+    fisher: np.ndarray,
+    whitening: np.ndarray,
+    noise_std: float,
+    prior_hessian: np.ndarray,
+    pattern: np.ndarray | None = None,
+    flat: np.ndarray | None = None,
+) -> float:
+    """A released Fisher matrix's noise radius over the median posterior information it
+    states along its eigenvectors: ``r / median_k(λ_k + π_k)``.
+
+    ``r`` is the noise radius of :func:`unresolved_directions`, ``λ_k`` the fitted release's
+    eigenvalues (floored at 0) and ``π_k = e_kᵀ P Π Pᵀ e_k`` the prior's information along each
+    (:func:`loose_directions`); the likelihood's ``flat`` directions are left out (their
+    information is known). A sampler metric taken from the release is off along a typical
+    direction by up to about half this, as a log: on a 41-parameter logistic regression at
+    n = 10⁵, ε = 5, about 0.35 after pooled reads left an rms log error of 0.16 (of the
+    covariance's eigenvalues against the exact one); on the zoo's centred hierarchy, 0.3 left
+    0.08. ``0`` when every direction is flat (nothing to read); ``inf`` when the median
+    information stated is not positive. Public (post-processing of the release).
+    """
+    fisher, matrix, noise = _released_fisher(fisher, whitening, noise_std, pattern)
+    values, vectors, structural = _released_eigen(fisher, matrix, flat)
+    if np.all(structural):
+        return 0.0
+    radius = noise.radii(values)
+    prior = matrix @ prior_information(prior_hessian) @ matrix.T
+    information = _along_each(vectors, prior) + np.maximum(values, 0.0)
+    typical = float(np.median(information[~structural]))
+    return float(np.max(radius[~structural])) / typical if typical > 0 else math.inf
 
 
 def newton_step(
