@@ -190,9 +190,10 @@ def test_public_zeros_resolve_each_groups_information_where_the_dense_rule_canno
     """Noise at a tenth of the information of the least informed tenth of the directions (as
     in the final reads on a radon-style model at n = 10⁶). The dense radius ``2σ√d`` (16σ
     here) leaves 19–20 of 64 directions unresolved, and ``Σ̂`` (a fallback 25 times too wide
-    there) gets 3–5 % of its sds within 20 % of the truth. Fitted to the pattern, with the
-    spectral norm of the projected noise as the radius: 8–10 unresolved, 72–88 % of the sds
-    within 20 %."""
+    there, kept down to three noise sds under the release's estimate) gets 30–48 % of its sds
+    within 20 % of the truth (3–5 % with Weyl's radius as that bottom). Fitted to the pattern,
+    with the spectral norm of the projected noise as the radius: 8–10 unresolved, 92–95 % of
+    the sds within 20 % (72–88 % with Weyl's bottom)."""
     rng = np.random.default_rng(5)
     info, prior, pattern, whitening, truth = _hierarchy(rng)
     d = info.shape[0]
@@ -215,7 +216,7 @@ def test_public_zeros_resolve_each_groups_information_where_the_dense_rule_canno
             )
             ratio = np.sqrt(np.diag(estimate) / np.diag(truth))
             close[name] = np.mean((ratio > 0.8) & (ratio < 1.35))
-        assert close["fitted"] > 0.65 and close["dense"] < 0.2, close
+        assert close["fitted"] > 0.85 and close["fitted"] > close["dense"] + 0.3, close
 
 
 def test_the_centring_whitening_gives_every_groups_rows_one_scale_and_keeps_correlations():
