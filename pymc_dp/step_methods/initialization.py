@@ -996,8 +996,9 @@ def private_centring(
        and otherwise with the last read's ``P`` and clip, and then pooled with the reads made
        in them
        (:func:`_pooled_fisher`: their precision-weighted mean, the noise sd of the pool;
-       post-processing). The first read is usually re-whitened, and the three after it
-       pooled, which divides their noise by √3: on a 41-parameter regression at n = 10⁵,
+       post-processing). The reads after the loose directions close are pooled (where the
+       first leaves one loose, the three after it: their noise divided by √3): on a
+       41-parameter regression at n = 10⁵,
        ε = 5, ``Σ̂``'s error against the exact covariance (rms of the log eigenvalues of
        ``Σ̂ Σ⁻¹``) went from 0.25 (each read replacing the last) to 0.16, on the zoo's centred
        hierarchy from 0.15 to 0.08. The first read also reserves a norm histogram of
