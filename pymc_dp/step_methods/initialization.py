@@ -1223,19 +1223,24 @@ def private_centring(
     # whether the sampler's metric will be these reads' (else the observed curvature's, step 5)
     metric_from_fisher = not observes_curvature(channel)
 
-    def wanted() -> bool:  # a loose direction, or (for the metric) too rough an estimate
-        fit = {"pattern": pattern, "flat": flat}
-        release = (fisher.value, fisher_whitening, fisher.noise_std, prior)
-        return loose_directions(*release, **fit) > 0 or (
-            metric_from_fisher and relative_noise(*release, **fit) > _SHARPENING_PRECISION
-        )
+    fit = {"pattern": pattern, "flat": flat}
 
+    def release() -> tuple:  # the last estimate's release, as the noise-model functions take it
+        return fisher.value, fisher_whitening, fisher.noise_std, prior
+
+    loose = loose_directions(*release(), **fit)  # of the last estimate, once per read
     while True:
         # the first read also reserves the norm histogram that gives Ĝ's clip afterwards
         events = 1 if sharpened else 2
         if (
             sharpened >= _SHARPENING_READS
-            or not wanted()
+            # a loose direction, or (for the metric) too rough an estimate
+            or not (
+                loose
+                or (
+                    metric_from_fisher and relative_noise(*release(), **fit) > _SHARPENING_PRECISION
+                )
+            )
             or not budget.fits(histogram_event, events)
             or remaining_mu() - events * mu_histogram < _SHARPENING_LEFT * first_remaining
         ):
@@ -1272,9 +1277,7 @@ def private_centring(
         # it); else in the same one, to be pooled with these (on a 41-parameter regression at
         # n = 10⁵, ε = 5, four reads each replacing the last left sds 0.81–1.36 times the
         # exact ones: their noise, not the whitening's)
-        loose = loose_directions(
-            fisher.value, fisher_whitening, fisher.noise_std, prior, pattern=pattern, flat=flat
-        )
+        loose = loose_directions(*release(), **fit)
         if loose and _whitening_change(sharp_whitening, read_whitening) > math.log(_POOL_CHANGE):
             read_whitening, read_clip = sharp_whitening, sharp_clip
     whitening, clip = sharp_whitening, sharp_clip
@@ -1680,7 +1683,6 @@ def _pooled_fisher(
     sd = float(release.noise_std)
     if (
         pool is None
-        or np.shape(pool.whitening) != np.shape(whitening)
         or not np.array_equal(pool.whitening, whitening)
         or pool.clip != clip
         or not (sd > 0 and pool.noise_std > 0)
