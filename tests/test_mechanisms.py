@@ -32,10 +32,12 @@ from pymc_dp.mechanisms import (
 )
 from pymc_dp.noise import NoiseSource
 from pymc_dp.releases import (
+    SPREAD_MARGIN,
     bias_balanced_clip,
     clip_from_counts,
     mean_square_from_counts,
     quantile_from_counts,
+    spread_tail_start,
     tail_counts,
 )
 from pymc_dp.step_methods.initialization import HISTOGRAM_EDGES
@@ -361,6 +363,95 @@ def test_a_light_tail_keeps_the_far_tail_clip_or_near_it(seed):
     balanced = bias_balanced_clip(noisy, GRID, sigma, rule, 2.4, d)
     assert rule <= balanced <= rule * 2 ** (2 / 4) + 1e-12
     assert balanced >= norms.max() or np.sum(norms > balanced) <= 4 * sigma
+
+
+def _kinked_remainders(n: int, m: int, band: float, rng: np.random.Generator) -> np.ndarray:
+    """A median regression's centred remainders, in the bound's units: most of the ``n m``
+    values a smooth body near 10⁻⁵, a share ``band`` spread log-uniformly over 1.5·10⁻⁴ to
+    3·10⁻³ (the rows whose kink lies between the points)."""
+    body = rng.lognormal(np.log(5e-6), 0.6, n * m)
+    kinked = rng.uniform(0.0, 1.0, n * m) < band
+    body[kinked] = np.exp(rng.uniform(np.log(1.5e-4), np.log(3e-3), kinked.sum()))
+    return body
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_tail_spread_too_thin_for_any_bin_is_kept_under_the_clip(seed):
+    # like the zoo's median regression at n = 10⁵, ε = 5 (2–4 σ per bin over a dozen grid
+    # steps), a little thinner: about 2.2 σ per bin over 18
+    rng = np.random.default_rng(seed)
+    n, m, sigma = 100_000, 8, 64.0
+    values = _kinked_remainders(n, m, 0.003, rng)
+    noisy = _histogram(values, sigma, rng)
+    in_band = values > 1e-4
+    per_bin = in_band.sum() / np.sum((GRID > 1.5e-4) & (GRID <= 3e-3))
+    assert 1.5 * sigma < per_bin < 3 * sigma  # no bin of the band shows at 5 σ
+
+    def excess(clip: float) -> float:  # what clipping takes off, as a share of the band's sum
+        return float(np.sum(np.maximum(values - clip, 0.0)) / np.sum(values[in_band]))
+
+    plain = clip_from_counts(noisy, GRID, sigma, n * m)
+    spread = clip_from_counts(noisy, GRID, sigma, n * m, spread=True)
+    assert plain < 1e-4 and excess(plain) > 0.9  # the negative control: the band is lost
+    # (on 12 seeds: 0.004–0.26 of the band's sum clipped off, the clip 1.2–2.8·10⁻³)
+    assert excess(spread) < 0.35
+    assert 1e-3 < spread <= 3e-3 * 2 ** (2 / 4)  # and not far above the band's top
+
+
+def test_pure_noise_above_the_body_does_not_move_the_spread_clip():
+    # a run of pure noise counts only near the body (about 10⁻⁵ per histogram): over 200
+    # histograms of a body that ends sharply, the spread rule keeps the plain rule's clip
+    rng = np.random.default_rng(11)
+    n, m, sigma = 100_000, 8, 64.0
+    values = np.exp(rng.uniform(np.log(1e-6), np.log(3e-5), n * m))
+    exact = np.bincount(np.searchsorted(GRID, values), minlength=GRID.size + 1).astype(float)
+    moved = 0
+    for _ in range(200):
+        noisy = exact + rng.normal(0.0, sigma, exact.size)
+        plain = clip_from_counts(noisy, GRID, sigma, n * m)
+        spread = clip_from_counts(noisy, GRID, sigma, n * m, spread=True)
+        assert spread >= plain
+        moved += spread > plain
+    assert moved <= 1
+
+
+def test_the_spread_rule_counts_a_run_only_above_its_noise_and_its_allowance():
+    sigma, counts = 10.0, np.zeros(GRID.size + 1)
+    counts[52] = 1e4  # the body's last visible bin
+    counts[60:64] = 2.6 * sigma  # four bins at 2.6 σ: 10.4 σ against 5 σ √4 = 10 σ
+    assert spread_tail_start(counts, sigma, 0.0, body=52) == 60
+    assert spread_tail_start(counts, sigma, 105.0, body=52) == 52  # within the allowance
+    counts[60:64] = 2.4 * sigma  # 9.6 σ: not counted, nor in any wider run
+    assert spread_tail_start(counts, sigma, 0.0, body=52) == 52
+    counts[60:68] = 2.4 * sigma  # eight of them: 19.2 σ against 14.1 σ
+    assert 60 <= spread_tail_start(counts, sigma, 0.0, body=52) <= 62
+    plain = clip_from_counts(counts, GRID, sigma, 10**5)
+    assert plain == GRID[52]  # the body's bin alone shows
+    spread = clip_from_counts(counts, GRID, sigma, 10**5, spread=True)
+    assert spread == GRID[spread_tail_start(counts, sigma, 20.0, body=52) + SPREAD_MARGIN]
+    # a run far past the body with nothing between (noise, or rows the rule cannot tie to
+    # the body) is not counted: a run of pure noise cannot send the clip anywhere
+    far = np.zeros(GRID.size + 1)
+    far[40], far[60:68] = 1e4, 2.4 * sigma
+    assert spread_tail_start(far, sigma, 0.0, body=40) == 40
+    assert clip_from_counts(far, GRID, sigma, 10**5, spread=True) == GRID[40]
+
+
+def test_the_spread_rule_reads_past_the_visible_bins_not_past_the_plain_clip():
+    # with an allowance over 5 σ (many rows: 10⁻⁴ of them) the plain clip may sit under
+    # visible bins; the runs are read past the last visible one, and the clip is at least
+    # the margin above the last run's start
+    sigma, n = 10.0, 10**6  # allowance 100 rows, 10 σ
+    counts = np.zeros(GRID.size + 1)
+    counts[40], counts[44] = 1e5, 80.0  # a visible bin (8 σ) within the allowance
+    counts[50:58] = 2.4 * sigma  # a run: 19.2 σ against 14.1 σ, its rows 192 > 100
+    plain = clip_from_counts(counts, GRID, sigma, n)
+    assert plain == GRID[40]  # the 80 rows of bin 44 are within the allowance
+    assert spread_tail_start(counts, sigma, 100.0, body=44) in range(50, 53)
+    spread = clip_from_counts(counts, GRID, sigma, n, spread=True)
+    assert spread == GRID[spread_tail_start(counts, sigma, 100.0, body=44) + SPREAD_MARGIN]
+    counts[50:58] = 0.0
+    assert clip_from_counts(counts, GRID, sigma, n, spread=True) == plain
 
 
 def test_the_balance_follows_the_noise_it_is_weighed_against():
